@@ -1,0 +1,3 @@
+from gbfix.cli import main
+
+main()

@@ -1,0 +1,117 @@
+"""The child process: ``python -m gbfix.child SPEC.json``.
+
+Runs the user's entry once under Dynamo with the hooks installed and writes a
+JSON result to the path named in the spec. The program's own stdout and stderr
+are left alone (the parent captures them); nothing here prints to stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+import traceback
+
+
+def _seed(seed: int) -> None:
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy
+
+        numpy.random.seed(seed)
+    except ImportError:
+        pass
+
+
+def _capabilities() -> list[str]:
+    """Which fix APIs this torch has: recipes that need a missing one are not offered."""
+    import torch
+
+    probes = {
+        "hop_print": lambda: torch._higher_order_ops.print,
+        "leaf_function": lambda: torch._dynamo.decorators.leaf_function,
+        "nonstrict_trace": lambda: torch._dynamo.nonstrict_trace,
+        "custom_op": lambda: torch.library.custom_op,
+        "cond": lambda: torch.cond,
+        "check": lambda: torch._check,
+        "reorderable_logging": lambda: torch._dynamo.config.reorderable_logging_functions,
+    }
+    out = []
+    for name, probe in probes.items():
+        try:
+            probe()
+            out.append(name)
+        except AttributeError:
+            pass
+    return out
+
+
+def main(spec_path: str) -> int:
+    started = time.perf_counter()
+    with open(spec_path, encoding="utf-8") as f:
+        spec = json.load(f)
+
+    import torch
+
+    from gbfix.child import hooks
+    from gbfix.child.capture import OutputCapture
+    from gbfix.child.compile_patch import CompileRecorder
+    from gbfix.child.entry_runner import EntryFailed, run
+    from gbfix.child.outputs import compare_calls
+    from gbfix.child.overlay import OverlayFinder
+
+    breaks = hooks.BreakRecorder()
+    route = hooks.install(breaks)
+    capture = OutputCapture()
+    capture.install()
+    compiles = CompileRecorder(spec["backend"], spec.get("fullgraph"))
+    compiles.install()
+    overlay = OverlayFinder(spec.get("overlay", {}))
+    overlay.install()
+    _seed(spec.get("seed", 0))
+
+    os.chdir(spec["cwd"])
+    error = None
+    try:
+        run(spec["entry"], overlay)
+    except EntryFailed as e:
+        error = str(e)
+    except BaseException as e:  # noqa: BLE001 - the user's program may raise anything
+        traceback.print_exc()
+        error = f"{type(e).__name__}: {e}".splitlines()[0] if str(e) else type(e).__name__
+    finally:
+        sys.stdout.flush()
+
+    torch.save(compiles.calls, spec["outputs_out"])
+    mismatch = None
+    if spec.get("baseline_outputs"):
+        expected = torch.load(spec["baseline_outputs"], weights_only=False)
+        mismatch = compare_calls(expected, compiles.calls)
+
+    result = {
+        "error": error,
+        "breaks": breaks.breaks,
+        "logs": capture.logs,
+        "warnings": capture.warnings,
+        "compiled_calls": len(compiles.calls),
+        "output_mismatch": mismatch,
+        "compile_sites": compiles.sites,
+        "torch_version": torch.__version__,
+        "capabilities": _capabilities(),
+        "hook_route": route,
+        "seconds": time.perf_counter() - started,
+    }
+    tmp = spec["result"] + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(result, f)
+    os.replace(tmp, spec["result"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

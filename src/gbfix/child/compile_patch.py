@@ -1,0 +1,77 @@
+"""Patch ``torch.compile`` in the child: choose the backend, record every call's output.
+
+Patching the function covers ``torch.compile(fn)``, ``@torch.compile(...)``
+decorators and ``nn.Module.compile()`` (which calls ``torch.compile`` itself),
+as long as it happens before the entry imports the user's modules.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any
+
+import torch
+
+from gbfix.child.outputs import Snapshotter
+
+
+class CompileRecorder:
+    def __init__(self, mode: str, fullgraph: bool | None) -> None:
+        # mode "eager": detection (cheap backend, never fullgraph);
+        # mode "own": the program's own settings (the final check).
+        self.mode = mode
+        self.fullgraph = fullgraph
+        self.calls: list[tuple[str, Any]] = []
+        self.sites: list[tuple[str, int]] = []
+        self._snapshot = Snapshotter()
+        self._real = torch.compile
+
+    def install(self) -> None:
+        torch.compile = self.compile  # type: ignore[assignment]
+
+    def compile(self, model=None, **kwargs):
+        caller = sys._getframe(1)
+        site = (caller.f_code.co_filename, caller.f_lineno)
+        if model is None:  # @torch.compile(...) with arguments: a decorator factory
+            return lambda m: self._compile(m, kwargs, site)
+        return self._compile(model, kwargs, site)
+
+    def _compile(self, model, kwargs: dict[str, Any], site: tuple[str, int]):
+        self.sites.append(site)
+        if self.mode == "eager":
+            kwargs = {k: v for k, v in kwargs.items() if k not in ("backend", "mode", "options")}
+            kwargs.update(backend="eager", fullgraph=False)
+        elif self.fullgraph is not None:
+            kwargs = {**kwargs, "fullgraph": self.fullgraph}
+        compiled = self._real(model, **kwargs)
+        name = getattr(model, "__qualname__", None) or type(model).__qualname__
+        return self._wrap(compiled, name)
+
+    def _record(self, name: str, out: Any) -> None:
+        self.calls.append((name, self._snapshot(out)))
+
+    def _wrap(self, compiled, name: str):
+        recorder = self
+        if isinstance(compiled, torch.nn.Module):
+            # Keep the OptimizedModule (users call .parameters(), .train() ...):
+            # swap in a subclass whose __call__ also records.
+            base = type(compiled)
+
+            class Recorded(base):  # type: ignore[misc, valid-type]
+                def __call__(self, *args, **kwargs):
+                    out = super().__call__(*args, **kwargs)
+                    recorder._record(name, out)
+                    return out
+
+            Recorded.__name__ = Recorded.__qualname__ = base.__name__
+            compiled.__class__ = Recorded
+            return compiled
+
+        @functools.wraps(compiled)
+        def recorded(*args, **kwargs):
+            out = compiled(*args, **kwargs)
+            recorder._record(name, out)
+            return out
+
+        return recorded

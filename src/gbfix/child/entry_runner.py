@@ -1,0 +1,77 @@
+"""Run the user's entry in this process, as `python script.py`, `python -m mod` or `pytest` would."""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import types
+from typing import Any
+
+from gbfix.child.overlay import OverlayFinder
+
+
+class EntryFailed(Exception):
+    """The entry raised or exited non-zero; the message is one line."""
+
+
+def _run_script(path: str, args: list[str], overlay: OverlayFinder) -> None:
+    path = os.path.abspath(path)
+    source = overlay.source_of(path)
+    if source is None:
+        with open(path, "rb") as f:
+            source = f.read()
+    code = compile(source, path, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__file__ = path
+    main.__builtins__ = __builtins__  # type: ignore[attr-defined]
+    sys.modules["__main__"] = main
+    sys.argv = [path, *args]
+    sys.path[0] = os.path.dirname(path)
+    exec(code, main.__dict__)
+
+
+def _run_module(name: str, args: list[str]) -> None:
+    sys.argv = [name, *args]
+    sys.path[0] = os.getcwd()
+    runpy.run_module(name, run_name="__main__", alter_sys=True)
+
+
+class _OverlayFirst:
+    """pytest plugin: keep the overlay ahead of pytest's assertion-rewriting importer."""
+
+    def __init__(self, finder: OverlayFinder) -> None:
+        self.finder = finder
+
+    def pytest_configure(self, config: Any) -> None:
+        if self.finder in sys.meta_path:
+            sys.meta_path.remove(self.finder)
+        sys.meta_path.insert(0, self.finder)
+
+
+def _run_pytest(args: list[str], overlay: OverlayFinder) -> None:
+    import pytest
+
+    sys.argv = ["pytest", *args]
+    sys.path[0] = os.getcwd()
+    # -s: test output reaches stdout, where it is compared between runs;
+    # no terminal reporter and no cache: their output and files vary run to run.
+    rc = pytest.main(["-s", "-p", "no:terminal", "-p", "no:cacheprovider", *args], plugins=[_OverlayFirst(overlay)])
+    if int(rc) not in (0, 5):  # 5: no tests collected
+        raise EntryFailed(f"pytest exited with code {int(rc)}")
+
+
+def run(entry: dict[str, Any], overlay: OverlayFinder) -> None:
+    kind, target, args = entry["kind"], entry["target"], list(entry.get("args", []))
+    try:
+        if kind == "script":
+            _run_script(target, args, overlay)
+        elif kind == "module":
+            _run_module(target, args)
+        elif kind == "pytest":
+            _run_pytest(args, overlay)
+        else:
+            raise EntryFailed(f"unknown entry kind {kind!r}")
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            raise EntryFailed(f"the entry called sys.exit({e.code!r})") from None

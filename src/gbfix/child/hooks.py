@@ -1,0 +1,213 @@
+"""Record every graph break from Dynamo's own sinks (runs inside the child).
+
+Dynamo reports a break in two places, both private and gated here:
+- ``InstructionTranslatorBase.log_graph_break`` sees every tracing-time break,
+  before Dynamo's duplicate suppression;
+- ``convert_frame.log`` gets the "WON'T CONVERT" message of every frame Dynamo
+  gives up on, the only place where e.g. GB0003 (generator) and GB0039
+  (recompile limit) surface.
+If neither exists (a torch that moved them), the graph_breaks artifact log is
+parsed instead, which gives lines but no columns.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+import traceback
+from typing import Any, Callable
+
+from gbfix import gbcodes
+
+_CHILD_DIR = __file__.rsplit("/", 1)[0]
+_WONT_CONVERT = re.compile(r"WON'T CONVERT (\S+) (.+?) line (\d+)")
+_RESUME = re.compile(r"torch_dynamo_resume_in_(\w+?)_at_\d+$")
+
+
+def _parse_message(text: str) -> tuple[str, list[str]]:
+    """Explanation and hints out of an ``Unsupported`` message."""
+    explanation, hints = "", []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("Explanation:"):
+            explanation = line[len("Explanation:") :].strip()
+        elif line.startswith("Hint:"):
+            hints.append(line[len("Hint:") :].strip())
+    return explanation, hints
+
+
+def _causes(exc: BaseException) -> list[dict[str, Any]]:
+    """The chain of graph breaks behind ``exc``, outermost first."""
+    out, seen = [], set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        gb_type = getattr(cur, "gb_type", None)
+        if gb_type:
+            text = str(cur)
+            explanation, hints = _parse_message(text)
+            out.append(
+                {
+                    "code": gbcodes.code_for(gb_type, text),
+                    "gb_type": gb_type,
+                    "explanation": explanation,
+                    "hints": hints,
+                }
+            )
+        cur = cur.__cause__ or cur.__context__
+    return out
+
+
+def _frames(summaries) -> list[dict[str, Any]]:
+    """User frames as dicts, resume functions collapsed into the function they resume."""
+    out: list[dict[str, Any]] = []
+    for fs in summaries:
+        if not fs.filename or fs.filename.startswith(_CHILD_DIR) or fs.filename.startswith("<frozen"):
+            continue
+        m = _RESUME.match(fs.name or "")
+        name = m.group(1) if m else fs.name
+        frame = {
+            "file": fs.filename,
+            "line": fs.lineno,
+            "col": getattr(fs, "colno", None),
+            "end_col": getattr(fs, "end_colno", None),
+            "name": name,
+        }
+        # A resume function is the same Python frame as the function it resumes.
+        if out and out[-1]["name"] == name and out[-1]["file"] == fs.filename:
+            out[-1] = frame
+        else:
+            out.append(frame)
+    return out
+
+
+def _stack_above_dynamo():
+    try:
+        from torch._dynamo.exc import get_stack_above_dynamo
+
+        return list(get_stack_above_dynamo())
+    except ImportError:  # pragma: no cover - moved in some release
+        return [fs for fs in traceback.extract_stack() if "torch/_dynamo" not in fs.filename]
+
+
+def _compile_id() -> str | None:
+    try:
+        from torch._guards import CompileContext
+
+        cid = CompileContext.current_compile_id()
+        return str(cid) if cid is not None else None
+    except Exception:  # noqa: BLE001 - diagnostics only
+        return None
+
+
+class BreakRecorder:
+    """Collects breaks as JSON-ready dicts, deduplicated on (code, file, line, col)."""
+
+    def __init__(self) -> None:
+        self.breaks: list[dict[str, Any]] = []
+        self._seen: set[tuple] = set()
+
+    def add(self, record: dict[str, Any]) -> None:
+        leaf = record["stack"][-1] if record["stack"] else {}
+        top = record["causes"][0]
+        key = (top["code"] or top["gb_type"], leaf.get("file"), leaf.get("line"), leaf.get("col"))
+        if key not in self._seen:
+            self._seen.add(key)
+            self.breaks.append(record)
+
+    def from_exception(self, exc: BaseException, stack, frame_skipped: bool) -> None:
+        causes = _causes(exc)
+        if causes:
+            self.add(
+                {
+                    "causes": causes,
+                    "stack": _frames(stack),
+                    "compile_id": _compile_id(),
+                    "frame_skipped": frame_skipped,
+                }
+            )
+
+
+def install(recorder: BreakRecorder) -> str:
+    """Hook Dynamo's sinks; returns which route is in use (for diagnostics)."""
+    try:
+        from torch._dynamo import convert_frame
+        from torch._dynamo.symbolic_convert import InstructionTranslatorBase
+
+        original = InstructionTranslatorBase.log_graph_break
+    except (ImportError, AttributeError):
+        _install_log_fallback(recorder)
+        return "graph_breaks log"
+
+    def log_graph_break(self, code_options, reason, exc):
+        if getattr(exc, "gb_type", None):
+            real = list(getattr(exc, "real_stack", None) or [])
+            recorder.from_exception(exc, _stack_above_dynamo() + real, frame_skipped=False)
+        return original(self, code_options, reason, exc)
+
+    InstructionTranslatorBase.log_graph_break = log_graph_break
+    convert_frame.log = _WontConvertLog(convert_frame.log, recorder)
+    return "dynamo sinks"
+
+
+class _WontConvertLog:
+    """Stands in for ``convert_frame.log``; records the exception behind "WON'T CONVERT"."""
+
+    def __init__(self, logger: logging.Logger, recorder: BreakRecorder) -> None:
+        self._logger = logger
+        self._recorder = recorder
+
+    def __getattr__(self, name: str):
+        return getattr(self._logger, name)
+
+    def _record(self, msg: object) -> None:
+        exc = sys.exc_info()[1]
+        m = _WONT_CONVERT.match(str(msg))
+        if exc is None or m is None or not getattr(exc, "gb_type", None):
+            return
+        real = list(getattr(exc, "real_stack", None) or [])
+        if not real:
+            # Skipped before tracing started (e.g. a generator): point at the def.
+            real = [traceback.FrameSummary(m.group(2), int(m.group(3)), m.group(1), line="")]
+        self._recorder.from_exception(exc, _stack_above_dynamo() + real, frame_skipped=True)
+
+    def info(self, msg, *args, **kwargs):
+        self._record(msg)
+        return self._logger.info(msg, *args, **kwargs)
+
+    def warning(self, msg, *args, **kwargs):
+        self._record(msg)
+        return self._logger.warning(msg, *args, **kwargs)
+
+
+_LOG_LOC = re.compile(r"Graph break in user code at (.+):(\d+)")
+_LOG_REASON = re.compile(r"Graph Break Reason: (.+)")
+
+
+def _install_log_fallback(recorder: BreakRecorder) -> None:
+    """Parse the graph_breaks artifact log: lines only, no columns."""
+    import torch._logging
+
+    torch._logging.set_logs(graph_breaks=True)
+
+    class _Handler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            text = record.getMessage()
+            loc, why = _LOG_LOC.search(text), _LOG_REASON.search(text)
+            if not (loc and why):
+                return
+            gb_type = why.group(1).strip()
+            explanation, hints = _parse_message(text)
+            cause = {
+                "code": gbcodes.code_for(gb_type, text),
+                "gb_type": gb_type,
+                "explanation": explanation,
+                "hints": hints,
+            }
+            frame = {"file": loc.group(1), "line": int(loc.group(2)), "col": None, "end_col": None, "name": ""}
+            recorder.add({"causes": [cause], "stack": [frame], "compile_id": None, "frame_skipped": False})
+
+    handler: Callable = _Handler()
+    for name in ("torch._dynamo.symbolic_convert", "torch._dynamo.convert_frame"):
+        logging.getLogger(name).addHandler(handler)

@@ -1,0 +1,188 @@
+"""The records that flow between gbfix's stages: detect -> locate -> recipes -> verify -> report.
+
+All are frozen: a stage never mutates what an earlier stage produced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+Safety = Literal["safe", "unsafe"]
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One frame of a break's user stack, as Dynamo reported it.
+
+    ``col``/``end_col`` are 0-based UTF-8 *byte* offsets on ``line`` (what
+    ``co_positions`` gives); ``None`` when Dynamo had no position.
+    """
+
+    file: str
+    line: int
+    col: int | None
+    end_col: int | None
+    name: str
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Frame:
+        return cls(d["file"], d["line"], d.get("col"), d.get("end_col"), d.get("name", ""))
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One graph break in a chain (``*** While handling this graph break ...``)."""
+
+    code: str | None
+    gb_type: str
+    explanation: str
+    hints: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Cause:
+        return cls(d.get("code"), d["gb_type"], d.get("explanation", ""), tuple(d.get("hints", ())))
+
+
+@dataclass(frozen=True)
+class Break:
+    """A graph break as recorded in the child process.
+
+    ``causes`` is the chain, outermost report first: for a break inside a loop
+    that is ``(GB7000 graph break in loop, GB0059 print)``. The last one is the
+    root cause, the one a recipe has to fix.
+    """
+
+    causes: tuple[Cause, ...]
+    stack: tuple[Frame, ...]  # outermost first
+    compile_id: str | None = None
+    frame_skipped: bool = False
+
+    @property
+    def top(self) -> Cause:
+        return self.causes[0]
+
+    @property
+    def root(self) -> Cause:
+        return self.causes[-1]
+
+    @property
+    def code(self) -> str | None:
+        return self.top.code
+
+    @property
+    def leaf(self) -> Frame | None:
+        return self.stack[-1] if self.stack else None
+
+    def key(self) -> tuple:
+        leaf = self.leaf
+        where = (leaf.file, leaf.line, leaf.col) if leaf else ("", 0, None)
+        return (self.code or self.top.gb_type, *where)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Break:
+        return cls(
+            causes=tuple(Cause.from_json(c) for c in d["causes"]),
+            stack=tuple(Frame.from_json(f) for f in d["stack"]),
+            compile_id=d.get("compile_id"),
+            frame_skipped=d.get("frame_skipped", False),
+        )
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    logger: str
+    level: str
+    message: str
+
+
+@dataclass(frozen=True)
+class WarningRecord:
+    category: str
+    message: str
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What one run of the entry in the child produced."""
+
+    breaks: tuple[Break, ...]
+    stdout: str
+    logs: tuple[LogRecord, ...]
+    warnings: tuple[WarningRecord, ...]
+    compiled_calls: int
+    outputs_path: Path
+    # Set when the run compared its outputs to an earlier run's: None = equal.
+    output_mismatch: str | None
+    compile_sites: tuple[tuple[str, int], ...]  # (file, line) of each torch.compile call
+    torch_version: str
+    capabilities: frozenset[str]
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Site:
+    """A break attributed to a span in one of the target files.
+
+    ``line`` is 1-based, ``col``/``end_col`` 0-based *character* columns
+    (LibCST's convention); ``end_col`` is None when Dynamo gave no span.
+    """
+
+    path: Path
+    line: int
+    col: int | None
+    end_col: int | None
+    brk: Break
+
+    @property
+    def code(self) -> str:
+        return self.brk.root.code or self.brk.root.gb_type
+
+    def where(self) -> tuple[Path, int, int | None]:
+        return (self.path, self.line, self.col)
+
+
+@dataclass(frozen=True)
+class Edit:
+    """A recipe's proposed rewrite of one node of a target file."""
+
+    id: int
+    site: Site
+    recipe: str
+    safety: Safety
+    message: str
+    start: tuple[int, int]  # (line, col) of the replaced node in the original file
+    end: tuple[int, int]
+    # The original node and its replacement; identity of `original` ties the
+    # edit to the parsed module it was computed from.
+    original: Any = field(compare=False, repr=False)
+    replacement: Any = field(compare=False, repr=False)
+    imports: tuple[tuple[str, str | None], ...] = ()  # (module, name) for AddImportsVisitor
+
+    @property
+    def path(self) -> Path:
+        return self.site.path
+
+    def overlaps(self, other: Edit) -> bool:
+        return self.path == other.path and not (
+            self.end <= other.start or other.end <= self.start
+        )
+
+
+Status = Literal[
+    "applied",
+    "rejected:no-reduction",
+    "rejected:new-break",
+    "rejected:output-mismatch",
+    "rejected:backend",
+    "deferred:overlap",
+    "skipped:unsafe",
+]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    edit: Edit
+    status: Status
+    detail: str = ""
