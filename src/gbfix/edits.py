@@ -1,0 +1,69 @@
+"""Apply a set of edits to a parsed file and show them as a unified diff."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from pathlib import Path
+
+import libcst as cst
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
+
+from gbfix.locate import ParsedFile
+from gbfix.records import Edit
+
+
+class _Replace(cst.CSTTransformer):
+    def __init__(self, replacements: dict[int, object]) -> None:
+        super().__init__()
+        self.replacements = replacements
+
+    def on_leave(self, original_node, updated_node):
+        return self.replacements.get(id(original_node), updated_node)
+
+
+def apply(parsed: ParsedFile, edits: Iterable[Edit]) -> bytes:
+    """The file's bytes with the edits applied (edits must not overlap).
+
+    Untouched lines stay byte-identical: LibCST round-trips formatting,
+    comments, line endings and the declared encoding.
+    """
+    edits = list(edits)
+    if not edits:
+        return parsed.source.data
+    module = parsed.module.visit(_Replace({id(e.original): e.replacement for e in edits}))
+    imports = [imp for e in edits for imp in e.imports]
+    if imports:
+        context = CodemodContext()
+        for mod, name in dict.fromkeys(imports):
+            AddImportsVisitor.add_needed_import(context, mod, name)
+        module = AddImportsVisitor(context).transform_module(module)
+    return module.bytes
+
+
+def diff(path: Path, before: bytes, after: bytes, encoding: str, display: str | None = None) -> str:
+    name = display or str(path)
+    lines = difflib.unified_diff(
+        before.decode(encoding).splitlines(keepends=True),
+        after.decode(encoding).splitlines(keepends=True),
+        fromfile=f"a/{name}",
+        tofile=f"b/{name}",
+    )
+    out = []
+    for line in lines:
+        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(out)
+
+
+def non_overlapping(edits: Iterable[Edit], taken: Iterable[Edit] = ()) -> tuple[list[Edit], list[Edit]]:
+    """Split edits into those that can go together (first come first served) and the deferred."""
+    chosen: list[Edit] = list(taken)
+    keep, deferred = [], []
+    for e in edits:
+        if any(e.overlaps(other) for other in chosen):
+            deferred.append(e)
+        else:
+            chosen.append(e)
+            keep.append(e)
+    return keep, deferred

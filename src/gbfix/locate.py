@@ -1,0 +1,120 @@
+"""Locate: a break -> the innermost frame in the target files -> the LibCST node at its span."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import libcst as cst
+from libcst.metadata import CodeRange, MetadataWrapper, ParentNodeProvider, PositionProvider
+
+from gbfix.records import Break, Frame, Site
+from gbfix.sources import SourceFile
+
+Pos = tuple[int, int]
+
+
+def owned_frame(brk: Break, targets: set[Path]) -> tuple[Path, Frame] | None:
+    """The innermost frame of the break's stack that lies in a target file."""
+    for frame in reversed(brk.stack):
+        path = Path(os.path.realpath(frame.file))
+        if path in targets:
+            return path, frame
+    return None
+
+
+class ParsedFile:
+    """One target file parsed once, with positions and parents for every node."""
+
+    def __init__(self, source: SourceFile) -> None:
+        self.source = source
+        self.module = cst.parse_module(source.data)
+        wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
+        self._positions = wrapper.resolve(PositionProvider)
+        self._parents = wrapper.resolve(ParentNodeProvider)
+        self.lines = source.text.splitlines()
+
+    def char_col(self, line: int, byte_col: int | None) -> int | None:
+        """Dynamo's columns are UTF-8 byte offsets; LibCST's are characters."""
+        if byte_col is None or not 1 <= line <= len(self.lines):
+            return byte_col
+        return len(self.lines[line - 1].encode("utf-8")[:byte_col].decode("utf-8", "ignore"))
+
+    def span(self, node: cst.CSTNode) -> tuple[Pos, Pos]:
+        r: CodeRange = self._positions[node]
+        return (r.start.line, r.start.column), (r.end.line, r.end.column)
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self._parents.get(node)
+
+    def ancestors(self, node: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
+        out = []
+        cur = self.parent(node)
+        while cur is not None:
+            out.append(cur)
+            cur = self.parent(cur)
+        return tuple(out)
+
+    def node_at(self, line: int, col: int | None, end_col: int | None) -> cst.CSTNode:
+        """The innermost node containing the span.
+
+        Without a usable end (none given, or a span running onto a later line),
+        the largest expression that starts at (line, col); without a column,
+        the innermost node holding the whole line.
+        """
+        if col is None:
+            text = self.lines[line - 1] if line <= len(self.lines) else ""
+            start, end = (line, len(text) - len(text.lstrip())), (line, len(text.rstrip()))
+            return self._innermost(start, end)
+        if end_col is not None and end_col > col:
+            return self._innermost((line, col), (line, end_col))
+        starting = [n for n in self._containing((line, col), (line, col)) if self.span(n)[0] == (line, col)]
+        exprs = [n for n in starting if isinstance(n, cst.BaseExpression)]
+        return (exprs or starting or [self._innermost((line, col), (line, col))])[0]
+
+    def _containing(self, start: Pos, end: Pos) -> list[cst.CSTNode]:
+        """Nodes whose range holds [start, end], outermost first."""
+        found: list[cst.CSTNode] = []
+        positions = self._positions
+
+        class _Walk(cst.CSTVisitor):
+            def on_visit(self, node: cst.CSTNode) -> bool:
+                r = positions.get(node)
+                if r is None:
+                    return True
+                if (r.start.line, r.start.column) <= start and (r.end.line, r.end.column) >= end:
+                    found.append(node)
+                    return True
+                return False
+
+        self.module.visit(_Walk())
+        return found
+
+    def _innermost(self, start: Pos, end: Pos) -> cst.CSTNode:
+        found = self._containing(start, end)
+        return found[-1] if found else self.module
+
+
+class Locator:
+    """Maps breaks to sites, parsing each target file at most once."""
+
+    def __init__(self, files: dict[Path, SourceFile]) -> None:
+        self.files = files
+        self._parsed: dict[Path, ParsedFile] = {}
+
+    def parsed(self, path: Path) -> ParsedFile:
+        if path not in self._parsed:
+            self._parsed[path] = ParsedFile(self.files[path])
+        return self._parsed[path]
+
+    def site(self, brk: Break) -> Site | None:
+        """The break's site in the targets, or None when its stack never enters them."""
+        owned = owned_frame(brk, set(self.files))
+        if owned is None:
+            return None
+        path, frame = owned
+        pf = self.parsed(path)
+        return Site(path, frame.line, pf.char_col(frame.line, frame.col), pf.char_col(frame.line, frame.end_col), brk)
+
+    def node(self, site: Site) -> cst.CSTNode:
+        return self.parsed(site.path).node_at(site.line, site.col, site.end_col)

@@ -1,0 +1,36 @@
+"""The recipe registry: which recipes answer a break, in order of preference.
+
+To add a recipe: write a ``Recipe`` subclass in a module here, list it in that
+module's ``RECIPES`` (most preferred first), name the module below, and add its
+examples to ``rules/<GB code>.md`` (the tests run them).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from gbfix.recipes.base import Recipe, Rewrite, SiteContext
+
+_MODULES = ("print_call", "logging_call", "warn_call", "scalar", "branch", "explicit_break")
+
+
+def all_recipes() -> tuple[type[Recipe], ...]:
+    out: list[type[Recipe]] = []
+    for name in _MODULES:
+        try:
+            module = importlib.import_module(f"gbfix.recipes.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"gbfix.recipes.{name}":
+                raise
+            continue
+        out.extend(module.RECIPES)
+    return tuple(out)
+
+
+def candidates(code: str, *, unsafe: bool) -> list[type[Recipe]]:
+    """Recipes answering a root-cause GB code, safest first, unsafe ones only if allowed."""
+    found = [r for r in all_recipes() if code in r.codes and (unsafe or r.safety == "safe")]
+    return sorted(found, key=lambda r: r.safety != "safe")
+
+
+__all__ = ["Recipe", "Rewrite", "SiteContext", "all_recipes", "candidates"]

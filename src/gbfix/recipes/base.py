@@ -1,0 +1,98 @@
+"""What a recipe is: a small LibCST transformer that rewrites one break site.
+
+A recipe declares the GB codes it answers, its safety, the torch APIs it needs
+and the rules/ catalog entry holding its before/after examples. Given a site it
+picks the node to rewrite (``anchor``) and transforms that subtree; the engine
+turns the result into an Edit and the verifier decides whether it is kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Union
+
+import libcst as cst
+
+from gbfix.locate import ParsedFile
+from gbfix.records import Safety, Site
+
+Replacement = Union[cst.CSTNode, cst.FlattenSentinel, cst.RemovalSentinel]
+
+
+@dataclass(frozen=True)
+class SiteContext:
+    """Everything a recipe may look at: the site, its node and the parsed file."""
+
+    site: Site
+    node: cst.CSTNode  # innermost node at the break's span
+    file: ParsedFile
+    capabilities: frozenset[str]  # fix APIs the installed torch has (see gbfix.child)
+
+    @property
+    def module(self) -> cst.Module:
+        return self.file.module
+
+    def ancestors(self, node: cst.CSTNode | None = None) -> tuple[cst.CSTNode, ...]:
+        return self.file.ancestors(node or self.node)
+
+    def enclosing(self, *types: type, node: cst.CSTNode | None = None) -> cst.CSTNode | None:
+        """``node`` itself or its nearest ancestor of one of ``types``."""
+        start = node or self.node
+        for n in (start, *self.ancestors(start)):
+            if isinstance(n, types):
+                return n
+        return None
+
+    def code(self, node: cst.CSTNode) -> str:
+        return self.module.code_for_node(node)
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    original: cst.CSTNode
+    replacement: Replacement
+    message: str
+    imports: tuple[tuple[str, str | None], ...] = ()
+
+
+class Recipe(cst.CSTTransformer):
+    """Base class. Subclasses set the class attributes and implement ``anchor``,
+    plus ``leave_*`` methods (or override ``rewrite``) that transform the anchor."""
+
+    name: ClassVar[str]  # kebab-case, unique
+    codes: ClassVar[tuple[str, ...]]  # GB codes answered, matched against the root cause
+    safety: ClassVar[Safety] = "safe"
+    requires: ClassVar[frozenset[str]] = frozenset()  # capabilities, see gbfix.child
+    # Behaviour the verifier tolerates for this recipe (unsafe ones only), e.g.
+    # "order": stdout lines / log records may come out in another order.
+    tolerates: ClassVar[frozenset[str]] = frozenset()
+    summary: ClassVar[str]  # one line for reports: what the rewrite does
+    rule: ClassVar[str]  # rules/<rule>.md holds the examples; usually the GB code
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ctx: SiteContext | None = None
+        self.imports: list[tuple[str, str | None]] = []
+
+    def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
+        """The node this recipe rewrites at the site, or None if it does not apply."""
+        raise NotImplementedError
+
+    def rewrite(self, node: cst.CSTNode) -> Replacement | None:
+        """Transform the anchor; default: visit it with this transformer."""
+        return node.visit(self)
+
+    def propose(self, ctx: SiteContext) -> Rewrite | None:
+        if not self.requires <= ctx.capabilities:
+            return None
+        node = self.anchor(ctx)
+        if node is None:
+            return None
+        self.ctx, self.imports = ctx, []
+        new = self.rewrite(node)
+        if new is None or (isinstance(new, cst.CSTNode) and new.deep_equals(node)):
+            return None
+        return Rewrite(node, new, self.summary, tuple(dict.fromkeys(self.imports)))
+
+    def need_import(self, module: str, name: str | None = None) -> None:
+        self.imports.append((module, name))

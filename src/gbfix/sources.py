@@ -1,0 +1,84 @@
+"""The target files: find them, read them once, write them back atomically."""
+
+from __future__ import annotations
+
+import ast
+import io
+import os
+import tempfile
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+
+from gbfix.errors import GbfixError
+
+SKIP_DIRS = {"__pycache__", "node_modules", "build", "dist", "site-packages"}
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    path: Path  # resolved
+    data: bytes  # exactly as read
+    text: str
+    encoding: str
+
+    @property
+    def generated(self) -> bool:
+        return "@generated" in self.text[:2000]
+
+
+def _iter_py(root: Path):
+    if root.is_file():
+        yield root
+        return
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in SKIP_DIRS and not d.endswith(".egg-info"))
+        for name in sorted(filenames):
+            if name.endswith(".py"):
+                yield Path(dirpath) / name
+
+
+def read(path: Path) -> SourceFile:
+    """Read and check one target: it must decode (PEP 263) and parse."""
+    data = path.read_bytes()
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        text = data.decode(encoding)
+    except (SyntaxError, LookupError, UnicodeDecodeError) as e:
+        reason = e.reason if isinstance(e, UnicodeDecodeError) else str(e)
+        raise GbfixError(f"{path}: cannot decode the file ({reason}); gbfix reads UTF-8 or the encoding its coding line declares") from None
+    try:
+        ast.parse(data, filename=str(path))
+    except SyntaxError as e:
+        raise GbfixError(f"{path}:{e.lineno}:{(e.offset or 0)}: syntax error: {e.msg}") from None
+    return SourceFile(path.resolve(), data, text, encoding)
+
+
+def collect(paths: list[Path]) -> dict[Path, SourceFile]:
+    """All Python files under the given paths, keyed by resolved path."""
+    files: dict[Path, SourceFile] = {}
+    for p in paths:
+        if not p.exists():
+            raise GbfixError(f"{p}: no such file or directory")
+        if p.is_file() and p.suffix != ".py":
+            raise GbfixError(f"{p}: not a Python file")
+        for f in _iter_py(p):
+            files.setdefault(f.resolve(), read(f))
+    return files
+
+
+def write_atomic(source: SourceFile, new: bytes) -> None:
+    """Replace the file with ``new`` only if it still holds what was read."""
+    if source.path.read_bytes() != source.data:
+        raise GbfixError(f"{source.path}: changed on disk while gbfix ran; not written")
+    mode = source.path.stat().st_mode
+    fd, tmp = tempfile.mkstemp(dir=source.path.parent, prefix=f".{source.path.name}.", suffix=".gbfix")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(new)
+        os.chmod(tmp, mode & 0o7777)
+        os.replace(tmp, source.path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
