@@ -41,7 +41,7 @@ class Prober:
         self.entry = entry
         self.workdir = workdir
         self.timeout = timeout
-        self._runs = 0
+        self.runs = 0
 
     def run(
         self,
@@ -52,8 +52,8 @@ class Prober:
         fullgraph: bool | None = None,
     ) -> RunResult:
         """One run; raises RunFailed if the entry crashed, exited non-zero or timed out."""
-        self._runs += 1
-        rundir = self.workdir / f"run{self._runs}"
+        self.runs += 1
+        rundir = self.workdir / f"run{self.runs}"
         rundir.mkdir(parents=True)
         files = {}
         for original, text in (overlay or {}).items():

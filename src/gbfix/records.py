@@ -115,7 +115,8 @@ class RunResult:
     outputs_path: Path
     # Set when the run compared its outputs to an earlier run's: None = equal.
     output_mismatch: str | None
-    compile_sites: tuple[tuple[str, int], ...]  # (file, line) of each torch.compile call
+    # (file, line, uses the eager backend anyway) of each torch.compile call
+    compile_sites: tuple[tuple[str, int, bool], ...]
     torch_version: str
     capabilities: frozenset[str]
     seconds: float

@@ -23,7 +23,7 @@ class CompileRecorder:
         self.mode = mode
         self.fullgraph = fullgraph
         self.calls: list[tuple[str, Any]] = []
-        self.sites: list[tuple[str, int]] = []
+        self.sites: list[tuple[str, int, bool]] = []
         self._snapshot = Snapshotter()
         self._real = torch.compile
 
@@ -38,7 +38,10 @@ class CompileRecorder:
         return self._compile(model, kwargs, site)
 
     def _compile(self, model, kwargs: dict[str, Any], site: tuple[str, int]):
-        self.sites.append(site)
+        # Whether the program's own settings are what detection uses anyway
+        # (then a run on the "own" backend would repeat a detection run).
+        like_eager = kwargs.get("backend") == "eager" and not any(kwargs.get(k) for k in ("mode", "options", "fullgraph"))
+        self.sites.append((*site, like_eager))
         if self.mode == "eager":
             kwargs = {k: v for k, v in kwargs.items() if k not in ("backend", "mode", "options")}
             kwargs.update(backend="eager", fullgraph=False)

@@ -1,0 +1,370 @@
+"""The engine: detect -> locate -> propose -> verify, in rounds, then a check on the program's own backend.
+
+Nothing here prints or writes the user's files: ``fix`` returns a Result that
+the CLI reports, and ``write`` writes it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from gbfix import edits as edit_ops
+from gbfix import recipes, sources
+from gbfix.detect import Prober, RunFailed
+from gbfix.entry import Entry
+from gbfix.linemap import LineMap
+from gbfix.locate import Locator, owned_frame
+from gbfix.records import Break, Edit, Outcome, RunResult, Site, Status
+from gbfix.sources import SourceFile
+from gbfix.verify import TrialBreak, behaviour_diff, place, site_key, site_verdict
+
+MAX_ROUNDS = 4
+
+
+@dataclass(frozen=True)
+class Options:
+    unsafe_fixes: bool = False
+    timeout: float = 900.0
+    max_rounds: int = MAX_ROUNDS
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One break site as the report shows it, in the coordinates of the original files."""
+
+    path: Path | None  # None: the break never enters the targets
+    line: int
+    col: int | None  # 1-based character column
+    code: str
+    message: str
+    status: str  # fixed | unfixed | outside | fixable-unsafe
+    detail: str = ""
+    brk: Break | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Result:
+    entry: Entry
+    findings: tuple[Finding, ...]
+    outcomes: tuple[Outcome, ...]
+    originals: dict[Path, SourceFile]
+    fixed: dict[Path, bytes]  # only files that change
+    remaining: int  # breaks left after the accepted edits (program's own backend when checked)
+    baseline: RunResult
+    runs: int
+    seconds: float
+    notes: tuple[str, ...] = ()
+
+    def diff(self, display: Callable[[Path], str] = str) -> str:
+        return "".join(
+            edit_ops.diff(p, self.originals[p].data, new, self.originals[p].encoding, display(p))
+            for p, new in sorted(self.fixed.items())
+        )
+
+
+def _message(brk: Break) -> str:
+    root = brk.root
+    text = root.gb_type
+    if root.explanation:
+        text += f": {root.explanation}"
+    if len(brk.causes) > 1:
+        text += f" (reported as {brk.top.code or brk.top.gb_type}: {brk.top.gb_type})"
+    return text
+
+
+class _Session:
+    """One gbfix run: state shared by the rounds."""
+
+    def __init__(self, entry: Entry, targets: dict[Path, SourceFile], opts: Options, workdir: Path, progress) -> None:
+        self.entry, self.opts, self.progress = entry, opts, progress
+        self.originals = targets
+        self.targets = set(targets)
+        self.current: dict[Path, SourceFile] = dict(targets)  # the generation being edited
+        self.to_original: dict[Path, LineMap] = {}  # current generation -> original lines
+        self.prober = Prober(entry, workdir, opts.timeout)
+        self.ids = itertools.count(1)
+        self.outcomes: list[Outcome] = []
+        self.where: dict[int, tuple] = {}  # edit id -> its site's key in the original files
+        self.seen: dict[tuple, Finding] = {}  # every site seen, by original key
+        self.notes: list[str] = []
+        self.hopeless: set[tuple] = set()  # original keys of sites no recipe could fix
+
+    # --- coordinates ------------------------------------------------------
+    def original_key(self, site: Site) -> tuple:
+        lm = self.to_original.get(site.path)
+        line = lm(site.line).line if lm else site.line
+        return (site.path, line, site.col, site.code)
+
+    def note_site(self, site: Site) -> tuple:
+        key = self.original_key(site)
+        if key not in self.seen:
+            col = None if site.col is None else site.col + 1
+            self.seen[key] = Finding(site.path, key[1], col, site.code, _message(site.brk), "unfixed", "", site.brk)
+        return key
+
+    # --- runs -------------------------------------------------------------
+    def trial(self, edits: list[Edit], locator: Locator) -> tuple[RunResult | None, str | None, list[TrialBreak]]:
+        by_file: dict[Path, list[Edit]] = {}
+        for e in edits:
+            by_file.setdefault(e.path, []).append(e)
+        overlay, maps = {}, {}
+        for path, src in self.current.items():
+            new = edit_ops.apply(locator.parsed(path), by_file[path]) if path in by_file else src.data
+            if new != self.originals[path].data:
+                overlay[path] = new
+            if path in by_file:
+                maps[path] = LineMap(src.text, new.decode(src.encoding))
+        self.progress(f"trial run with {len(edits)} edit(s)")
+        try:
+            result = self.prober.run(overlay=overlay, baseline=self.baseline.outputs_path)
+        except RunFailed as e:
+            return None, f"the edited program failed: {e}", []
+        return result, None, place(result, self.targets, maps)
+
+    # --- proposing ----------------------------------------------------------
+    def _context(self, site: Site, locator: Locator, caps: frozenset[str]) -> recipes.SiteContext:
+        return recipes.SiteContext(site, locator.node(site), locator.parsed(site.path), caps)
+
+    def propose(self, site: Site, locator: Locator, caps: frozenset[str]) -> list[Edit]:
+        ctx = self._context(site, locator, caps)
+        out = []
+        for recipe in recipes.candidates(site.code, unsafe=self.opts.unsafe_fixes):
+            rw = recipe().propose(ctx)
+            if rw is None:
+                continue
+            start, end = locator.parsed(site.path).span(rw.original)
+            edit = Edit(next(self.ids), site, recipe.name, recipe.safety, rw.message, start, end, rw.original, rw.replacement, rw.imports)
+            self.where[edit.id] = self.original_key(site)
+            out.append(edit)
+        return out
+
+    def unsafe_available(self, site: Site, locator: Locator, caps: frozenset[str]) -> str | None:
+        """An unsafe recipe that would apply here (not tried: that needs --unsafe-fixes)."""
+        ctx = self._context(site, locator, caps)
+        for recipe in recipes.candidates(site.code, unsafe=True):
+            if recipe.safety == "unsafe" and recipe().propose(ctx) is not None:
+                return recipe.name
+        return None
+
+    # --- verifying ----------------------------------------------------------
+    def settle(self, group: list[Edit], accepted: list[Edit], rnd: _Round) -> RunResult | None:
+        """Verify ``group`` on top of ``accepted``; extend ``accepted`` with what passes.
+
+        One run for the whole group; halves only when the group fails as a
+        whole. Returns the run of exactly the new accepted set when anything
+        was accepted.
+        """
+        result, failure, placed = self.trial(accepted + group, rnd.locator)
+        if result is None:
+            if len(group) == 1:
+                self.reject(group[0], "rejected:output-mismatch", failure or "")
+                return None
+            return self._halves(group, accepted, rnd)
+        bad = {e.id: v for e in group if (v := site_verdict(e, placed, rnd.byte_col(e.site), rnd.codes_in(e)))}
+        for e in group:
+            if e.id in bad:
+                self.reject(e, *bad[e.id])
+        good = [e for e in group if e.id not in bad]
+        if not good:
+            return None
+        diff = behaviour_diff(self.baseline, result, _tolerates_order(accepted + good))
+        if diff is None and not bad:
+            accepted.extend(good)
+            self.outcomes.extend(Outcome(e, "applied") for e in good)
+            return result
+        if diff is not None and len(group) == 1:
+            self.reject(group[0], "rejected:output-mismatch", diff)
+            return None
+        if bad:  # the failing edits may be what changed behaviour: retry without them
+            return self.settle(good, accepted, rnd)
+        return self._halves(good, accepted, rnd)
+
+    def _halves(self, group: list[Edit], accepted: list[Edit], rnd: _Round) -> RunResult | None:
+        mid = len(group) // 2
+        first = self.settle(group[:mid], accepted, rnd)
+        return self.settle(group[mid:], accepted, rnd) or first
+
+    def reject(self, edit: Edit, status: Status, detail: str) -> None:
+        self.outcomes.append(Outcome(edit, status, detail))
+
+    # --- rounds -------------------------------------------------------------
+    def round(self, run: RunResult, caps: frozenset[str]) -> RunResult | None:
+        """One round on the current generation; the run it ends with, or None if nothing was accepted."""
+        rnd = _Round(Locator(self.current), self.targets)
+        for brk in run.breaks:
+            site = rnd.locator.site(brk)
+            if site is not None:
+                key = self.note_site(site)
+                if key not in self.hopeless:
+                    rnd.sites.setdefault(site_key(site), site)
+        queue = {}
+        for key, site in rnd.sites.items():
+            edits = self.propose(site, rnd.locator, caps)
+            if edits:
+                queue[key] = edits
+            else:
+                self.hopeless.add(self.original_key(site))
+        accepted: list[Edit] = []
+        last: RunResult | None = None
+        while queue:
+            group, deferred = edit_ops.non_overlapping([eds[0] for eds in queue.values()], accepted)
+            for e in deferred:  # the site is proposed again next round, against the edited file
+                self.outcomes.append(Outcome(e, "deferred:overlap", "overlaps another edit; retried next round"))
+                queue.pop(site_key(e.site))
+            last = self.settle(group, accepted, rnd) or last
+            done = {site_key(e.site) for e in accepted}
+            for e in group:
+                key = site_key(e.site)
+                rest = [] if key in done else queue[key][1:]
+                if rest:
+                    queue[key] = rest
+                else:
+                    queue.pop(key)
+                    if key not in done:
+                        self.hopeless.add(self.original_key(e.site))
+        if not accepted:
+            return None
+        self._commit(accepted, rnd.locator)
+        return last
+
+    def _commit(self, accepted: list[Edit], locator: Locator) -> None:
+        """Make the accepted edits the next generation of the files."""
+        by_file: dict[Path, list[Edit]] = {}
+        for e in accepted:
+            by_file.setdefault(e.path, []).append(e)
+        for path, eds in by_file.items():
+            data = edit_ops.apply(locator.parsed(path), eds)
+            src = self.current[path]
+            self.current[path] = SourceFile(path, data, data.decode(src.encoding), src.encoding)
+            self.to_original[path] = LineMap(self.originals[path].text, self.current[path].text)
+
+    # --- the whole run --------------------------------------------------------
+    def run(self) -> Result:
+        started = time.perf_counter()
+        self.progress(f"baseline run of `{self.entry.text}`")
+        self.baseline = self.prober.baseline()
+        caps = self.baseline.capabilities
+        run = self.baseline
+        for n in range(self.opts.max_rounds):
+            if not run.breaks:
+                break
+            self.progress(f"round {n + 1}: {len(run.breaks)} break(s)")
+            ended = self.round(run, caps)
+            if ended is None:
+                break
+            run = ended
+        fixed = {p: s.data for p, s in self.current.items() if s.data != self.originals[p].data}
+        if fixed and not all(like_eager for *_, like_eager in self.baseline.compile_sites):
+            own = self.own_backend_check(fixed)
+            if own is None:
+                fixed, run = {}, self.baseline
+                self.current, self.to_original = dict(self.originals), {}
+            else:
+                run = own
+        return Result(
+            entry=self.entry,
+            findings=tuple(self.findings(run, caps)),
+            outcomes=tuple(self.outcomes),
+            originals=self.originals,
+            fixed=fixed,
+            remaining=len(run.breaks),
+            baseline=self.baseline,
+            runs=self.prober.runs,
+            seconds=time.perf_counter() - started,
+            notes=tuple(self.notes),
+        )
+
+    def own_backend_check(self, fixed: dict[Path, bytes]) -> RunResult | None:
+        """The edited program on its own backend: it must still compile, run and behave the same.
+
+        The eager backend accepts code that inductor rejects. The edited run is
+        compared to the baseline first; only if that differs (e.g. inductor's
+        rounding shows in printed numbers) is the original program run on its
+        own backend to compare against.
+        """
+        self.progress("final check on the program's own backend")
+        tolerate = _tolerates_order([o.edit for o in self.outcomes if o.status == "applied"])
+        try:
+            own = self.prober.run(overlay=fixed, baseline=self.baseline.outputs_path, backend="own")
+            diff = behaviour_diff(self.baseline, own, tolerate)
+            if diff is not None:
+                reference = self.prober.run(backend="own")
+                own = self.prober.run(overlay=fixed, baseline=reference.outputs_path, backend="own")
+                diff = behaviour_diff(reference, own, tolerate)
+        except RunFailed as e:
+            diff = f"the edited program fails there: {e}"
+        if diff is None:
+            return own
+        why = f"edits dropped: on the program's own backend, {diff}"
+        self.notes.append(why)
+        self.outcomes = [Outcome(o.edit, "rejected:backend", why) if o.status == "applied" else o for o in self.outcomes]
+        return None
+
+    def findings(self, final: RunResult, caps: frozenset[str]) -> list[Finding]:
+        """Every break seen (baseline, revealed, remaining) in original coordinates, with its fate."""
+        locator = Locator(self.current)
+        out: list[Finding] = []
+        for brk in self.baseline.breaks:
+            if owned_frame(brk, self.targets) is None:
+                leaf = brk.leaf
+                path = leaf.file if leaf else "?"
+                out.append(Finding(None, leaf.line if leaf else 0, None, brk.root.code or "?", _message(brk), "outside", f"outside the targets ({path})", brk))
+        remaining = {}
+        for brk in final.breaks:
+            site = locator.site(brk)
+            if site is not None:
+                remaining[self.note_site(site)] = site
+        applied = {self.where[o.edit.id] for o in self.outcomes if o.status == "applied"}
+        reasons = {self.where[o.edit.id]: f"{o.status}: {o.detail}" for o in self.outcomes if o.status != "applied"}
+        for key, finding in self.seen.items():
+            if key in applied and key not in remaining:
+                status, detail = "fixed", ""
+            else:
+                site = remaining.get(key)
+                unsafe = self.unsafe_available(site, locator, caps) if site and not self.opts.unsafe_fixes else None
+                status = "fixable-unsafe" if unsafe else "unfixed"
+                detail = f"fixable with --unsafe-fixes ({unsafe})" if unsafe else reasons.get(key, "no recipe applies")
+            out.append(replace(finding, status=status, detail=detail))
+        return sorted(out, key=lambda f: (str(f.path or ""), f.line, f.col or 0))
+
+
+@dataclass
+class _Round:
+    """The sites of one round and the lookups its verdicts need."""
+
+    locator: Locator
+    targets: set[Path]
+    sites: dict[tuple, Site] = field(default_factory=dict)
+
+    def codes_in(self, edit: Edit) -> set[str]:
+        """Codes that broke inside the edit's span before it (besides its own site)."""
+        (l1, _), (l2, _) = edit.start, edit.end
+        return {s.code for s in self.sites.values() if s.path == edit.path and l1 <= s.line <= l2 and s is not edit.site}
+
+    def byte_col(self, site: Site) -> int | None:
+        owned = owned_frame(site.brk, self.targets)
+        return owned[1].col if owned else None
+
+
+def _tolerates_order(edits: list[Edit]) -> bool:
+    by_name = {r.name: r for r in recipes.all_recipes()}
+    return any("order" in by_name[e.recipe].tolerates for e in edits)
+
+
+def fix(paths: list[Path], entry: Entry, opts: Options = Options(), progress: Callable[[str], None] = lambda _: None) -> Result:
+    """Find the breaks the entry hits in the target paths and compute verified edits."""
+    targets = sources.collect(paths)
+    with tempfile.TemporaryDirectory(prefix="gbfix-") as workdir:
+        return _Session(entry, targets, opts, Path(workdir), progress).run()
+
+
+def write(result: Result) -> list[Path]:
+    """Write the verified edits; each file atomically and only if unchanged since it was read."""
+    for path, new in sorted(result.fixed.items()):
+        sources.write_atomic(result.originals[path], new)
+    return sorted(result.fixed)
