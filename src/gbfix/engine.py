@@ -16,12 +16,13 @@ from pathlib import Path
 from gbfix import edits as edit_ops
 from gbfix import recipes, sources
 from gbfix.detect import Prober, RunFailed
+from gbfix.errors import EntryError
 from gbfix.entry import Entry
 from gbfix.linemap import LineMap
 from gbfix.locate import Locator, owned_frame
 from gbfix.records import Break, Edit, Outcome, RunResult, Site, Status
 from gbfix.sources import SourceFile
-from gbfix.verify import TrialBreak, behaviour_diff, place, site_key, site_verdict
+from gbfix.verify import Noise, TrialBreak, behaviour_diff, place, site_key, site_verdict
 
 MAX_ROUNDS = 4
 
@@ -93,6 +94,7 @@ class _Session:
         self.seen: dict[tuple, Finding] = {}  # every site seen, by original key
         self.notes: list[str] = []
         self.hopeless: set[tuple] = set()  # original keys of sites no recipe could fix
+        self.noise: Noise | None = None  # run-to-run differences of the original, once measured
 
     # --- coordinates ------------------------------------------------------
     def original_key(self, site: Site) -> tuple:
@@ -172,7 +174,7 @@ class _Session:
         good = [e for e in group if e.id not in bad]
         if not good:
             return None
-        diff = behaviour_diff(self.baseline, result, _tolerates_order(accepted + good))
+        diff = self.behaviour_diff(result, _tolerates_order(accepted + good))
         if diff is None and not bad:
             accepted.extend(good)
             self.outcomes.extend(Outcome(e, "applied") for e in good)
@@ -183,6 +185,21 @@ class _Session:
         if bad:  # the failing edits may be what changed behaviour: retry without them
             return self.settle(good, accepted, rnd)
         return self._halves(good, accepted, rnd)
+
+    def behaviour_diff(self, result: RunResult, tolerate_order: bool) -> str | None:
+        """Behaviour change against the baseline, ignoring what varies between runs of the original."""
+        diff = behaviour_diff(self.baseline, result, tolerate_order, self.noise or Noise())
+        if diff is not None and self.noise is None:
+            self.progress("the trial differs: running the original again to tell changes from run-to-run noise")
+            try:
+                again = self.prober.run(baseline=self.baseline.outputs_path)
+            except RunFailed as e:
+                raise EntryError(f"the entry `{self.entry.text}` failed when run again: {e}") from None
+            self.noise = Noise.between(self.baseline, again)
+            if self.noise != Noise():
+                self.notes.append("the program does not behave identically from run to run; the differing output is not compared")
+            diff = behaviour_diff(self.baseline, result, tolerate_order, self.noise)
+        return diff
 
     def _halves(self, group: list[Edit], accepted: list[Edit], rnd: _Round) -> RunResult | None:
         mid = len(group) // 2
@@ -291,11 +308,12 @@ class _Session:
         tolerate = _tolerates_order([o.edit for o in self.outcomes if o.status == "applied"])
         try:
             own = self.prober.run(overlay=fixed, baseline=self.baseline.outputs_path, backend="own")
-            diff = behaviour_diff(self.baseline, own, tolerate)
+            noise = self.noise or Noise()
+            diff = behaviour_diff(self.baseline, own, tolerate, noise)
             if diff is not None:
                 reference = self.prober.run(backend="own")
                 own = self.prober.run(overlay=fixed, baseline=reference.outputs_path, backend="own")
-                diff = behaviour_diff(reference, own, tolerate)
+                diff = behaviour_diff(reference, own, tolerate, noise)
         except RunFailed as e:
             diff = f"the edited program fails there: {e}"
         if diff is None:

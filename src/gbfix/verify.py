@@ -72,26 +72,52 @@ def site_verdict(
     return None
 
 
-def behaviour_diff(expected: RunResult, actual: RunResult, tolerate_order: bool) -> str | None:
+@dataclass(frozen=True)
+class Noise:
+    """What differs between two runs of the *unmodified* program (timings in logs, say).
+
+    Positions listed here are not compared; found only when a trial differs,
+    by running the original program once more.
+    """
+
+    stdout: frozenset[int] = frozenset()
+    logs: frozenset[int] = frozenset()
+    warnings: frozenset[int] = frozenset()
+    outputs: bool = False  # the compiled outputs themselves are not reproducible
+
+    @classmethod
+    def between(cls, a: RunResult, b: RunResult) -> Noise:
+        def differing(x, y) -> frozenset[int]:
+            return frozenset(i for i in range(max(len(x), len(y))) if i >= len(x) or i >= len(y) or x[i] != y[i])
+
+        return cls(
+            differing(a.stdout.splitlines(), b.stdout.splitlines()),
+            differing(a.logs, b.logs),
+            differing(a.warnings, b.warnings),
+            b.output_mismatch is not None,
+        )
+
+
+def behaviour_diff(expected: RunResult, actual: RunResult, tolerate_order: bool, noise: Noise = Noise()) -> str | None:
     """How the trial's observable behaviour differs from the expected run, or None."""
-    if actual.output_mismatch:
+    if actual.output_mismatch and not noise.outputs:
         return f"compiled outputs differ: {actual.output_mismatch}"
+
+    def stable(items, unstable: frozenset[int]) -> list:
+        return [x for i, x in enumerate(items) if i not in unstable]
 
     def same(a, b) -> bool:
         return Counter(a) == Counter(b) if tolerate_order else list(a) == list(b)
 
-    if not same(expected.stdout.splitlines(), actual.stdout.splitlines()):
-        return "stdout differs: " + _first_difference(expected.stdout.splitlines(), actual.stdout.splitlines())
-    if not same(expected.logs, actual.logs):
-        return "log records differ: " + _first_difference(
-            [f"{r.level} {r.logger}: {r.message}" for r in expected.logs],
-            [f"{r.level} {r.logger}: {r.message}" for r in actual.logs],
-        )
-    if not same(expected.warnings, actual.warnings):
-        return "warnings differ: " + _first_difference(
-            [f"{w.category}: {w.message}" for w in expected.warnings],
-            [f"{w.category}: {w.message}" for w in actual.warnings],
-        )
+    streams = [
+        ("stdout differs", expected.stdout.splitlines(), actual.stdout.splitlines(), noise.stdout, str),
+        ("log records differ", expected.logs, actual.logs, noise.logs, lambda r: f"{r.level} {r.logger}: {r.message}"),
+        ("warnings differ", expected.warnings, actual.warnings, noise.warnings, lambda w: f"{w.category}: {w.message}"),
+    ]
+    for what, before, after, unstable, show in streams:
+        a, b = stable(before, unstable), stable(after, unstable)
+        if not same(a, b):
+            return f"{what}: " + _first_difference([show(x) for x in a], [show(x) for x in b])
     return None
 
 
