@@ -1,0 +1,46 @@
+"""Every rules/ example through the real pipeline: a real torch run per example.
+
+An ``Example`` must come out of gbfix exactly as its after-block, verified; a
+``Not fixed`` example must come out unchanged.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gbfix import engine, recipes
+from gbfix.entry import parse as parse_entry
+from gbfix.rules import parse
+
+RULES = Path(__file__).resolve().parent.parent / "rules"
+EXAMPLES = [ex for page in sorted(RULES.glob("GB*.md")) for ex in parse(page)]
+
+
+def test_catalog_covers_every_recipe():
+    pages = {p.stem for p in RULES.glob("GB*.md")}
+    for recipe in recipes.all_recipes():
+        assert recipe.rule in pages, f"{recipe.name}: no rules/{recipe.rule}.md"
+        assert set(recipe.codes) <= pages, f"{recipe.name}: a code without a rules/ page"
+
+
+def test_recipe_names_are_unique():
+    names = [r.name for r in recipes.all_recipes()]
+    assert len(names) == len(set(names))
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: f"{e.code}-{e.title}")
+def test_rule_example(example, tmp_path: Path):
+    script = tmp_path / "example.py"
+    script.write_text(example.before, encoding="utf-8")
+    result = engine.fix([script], parse_entry("python example.py", tmp_path), engine.Options(unsafe_fixes=True))
+    codes = {f.code for f in result.findings}
+    assert example.code in codes, f"the before-block does not break with {example.code}: {codes}"
+    fixed = result.fixed.get(script.resolve(), example.before.encode()).decode()
+    if example.after is None:
+        assert fixed == example.before
+        assert all(f.status != "fixed" for f in result.findings if f.code == example.code)
+    else:
+        assert fixed == example.after
+        assert any(f.status == "fixed" for f in result.findings if f.code == example.code)
