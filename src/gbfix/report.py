@@ -30,8 +30,10 @@ def diagnostic(f: Finding, display: Callable[[Path], str] = display_path) -> str
 
 def summary(result: Result, applied: bool, display: Callable[[Path], str] = display_path) -> str:
     n = len(result.findings)
+    if n == 0 and result.baseline.compiled_calls == 0:
+        return "Nothing to do: the entry never called compiled code (torch.compile)."
     if n == 0:
-        return f"No graph breaks found ({result.baseline.compiled_calls} compiled call(s) ran)."
+        return f"No graph breaks found in {result.baseline.compiled_calls} call(s) of compiled code."
     fixed = [f for f in result.findings if f.status == "fixed"]
     unsafe = [f for f in result.findings if f.status == "fixable-unsafe"]
     outside = [f for f in result.findings if f.status == "outside"]

@@ -37,16 +37,27 @@ def _run_module(name: str, args: list[str]) -> None:
     runpy.run_module(name, run_name="__main__", alter_sys=True)
 
 
-class _OverlayFirst:
-    """pytest plugin: keep the overlay ahead of pytest's assertion-rewriting importer."""
+class _GbfixPlugin:
+    """pytest plugin: keep the overlay ahead of pytest's assertion-rewriting
+    importer, and remember the first failure (the terminal report is off)."""
 
     def __init__(self, finder: OverlayFinder) -> None:
         self.finder = finder
+        self.failure: str | None = None
 
     def pytest_configure(self, config: Any) -> None:
         if self.finder in sys.meta_path:
             sys.meta_path.remove(self.finder)
         sys.meta_path.insert(0, self.finder)
+
+    def _note(self, report: Any) -> None:
+        if report.failed and self.failure is None:
+            crash = getattr(report.longrepr, "reprcrash", None)
+            why = crash.message if crash else str(report.longrepr).strip().splitlines()[-1:]
+            self.failure = f"{report.nodeid or 'collection'}: {why}".splitlines()[0]
+
+    pytest_runtest_logreport = _note
+    pytest_collectreport = _note
 
 
 def _run_pytest(args: list[str], overlay: OverlayFinder) -> None:
@@ -56,9 +67,10 @@ def _run_pytest(args: list[str], overlay: OverlayFinder) -> None:
     sys.path[0] = os.getcwd()
     # -s: test output reaches stdout, where it is compared between runs;
     # no terminal reporter and no cache: their output and files vary run to run.
-    rc = pytest.main(["-s", "-p", "no:terminal", "-p", "no:cacheprovider", *args], plugins=[_OverlayFirst(overlay)])
+    plugin = _GbfixPlugin(overlay)
+    rc = pytest.main(["-s", "-p", "no:terminal", "-p", "no:cacheprovider", *args], plugins=[plugin])
     if int(rc) not in (0, 5):  # 5: no tests collected
-        raise EntryFailed(f"pytest exited with code {int(rc)}")
+        raise EntryFailed(f"pytest exited with code {int(rc)}" + (f": {plugin.failure}" if plugin.failure else ""))
 
 
 def run(entry: dict[str, Any], overlay: OverlayFinder) -> None:
