@@ -1,0 +1,297 @@
+"""GB0059: ``print(...)`` inside compiled code.
+
+``torch._higher_order_ops.print(fmt, *args)`` is a higher-order op that stays
+in the graph and at run time calls ``builtins.print(fmt.format(*args))``. The
+rewrite turns the print's arguments into one format string plus the values
+that must be formatted at run time, so the printed text stays the same:
+
+- ``print`` applies ``str()`` to each argument, while ``"{}".format(t)`` of a
+  0-dim tensor formats its item: plain arguments become ``{!s}`` fields;
+- string and number literals are folded into the format string, ``sep`` too;
+- f-strings keep their conversions and format specs (``{x:.3f}`` -> ``{:.3f}``,
+  ``{x=}`` -> ``x={!r}``): ``str.format`` formats a field exactly as an f-string;
+- tuples, lists, dicts and shapes are turned into text by Dynamo (``str(...)``)
+  before they reach the op: given as they are, a ``torch.Size`` prints as a
+  plain tuple, and inductor fails to compile the op with any container argument.
+  (Dynamo cannot ``str()`` symbolic sizes: once shapes turn dynamic it breaks
+  there, and the verifier rejects the edit.)
+
+Declined: ``print`` that is not the builtin, ``file=``, ``end`` other than a
+newline, a non-literal ``sep``, ``*args``/``**kwargs``, nested format specs,
+and values the op cannot take (``self``, generators, lambdas).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections.abc import Mapping
+
+import libcst as cst
+from libcst.metadata import BuiltinAssignment, MetadataWrapper, Scope, ScopeProvider
+
+from gbfix.recipes.base import Recipe, SiteContext
+
+# --- shared by the recipes that rewrite a call (also used by logging_call, warn_call)
+
+
+@functools.lru_cache(maxsize=8)
+def _scopes(module: cst.Module) -> Mapping[cst.CSTNode, Scope | None]:
+    # unsafe_skip_copy keeps node identity: the scopes are keyed on the nodes recipes hold.
+    return MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
+
+
+def qualified_names(ctx: SiteContext, node: cst.CSTNode) -> set[str]:
+    """What ``node`` (a name or dotted name) may refer to, e.g. {"builtins.print"}.
+
+    Empty when unknown; a module with ``from x import *`` could rebind anything.
+    """
+    scope = _scopes(ctx.module).get(node)
+    if scope is None or _has_star_import(ctx.module):
+        return set()
+    return {q.name for q in scope.get_qualified_names_for(node)}
+
+
+def global_bindings(module: cst.Module, name: str) -> list[cst.CSTNode]:
+    """The nodes that bind ``name`` in the module's global scope."""
+    scope = _scopes(module).get(module)
+    return [] if scope is None else [a.node for a in scope[name]]
+
+
+def is_module_global(ctx: SiteContext, name: cst.Name) -> bool:
+    """``name`` is bound only at module level, so ``globals()[name]`` finds the same object."""
+    scope = _scopes(ctx.module).get(name)
+    if scope is None or _has_star_import(ctx.module):
+        return False
+    bound = scope[name.value]
+    return bool(bound) and all(a.scope is scope.globals for a in bound)
+
+
+def is_builtin(ctx: SiteContext, name: cst.Name) -> bool:
+    return qualified_names(ctx, name) == {f"builtins.{name.value}"}
+
+
+def builtin_at(ctx: SiteContext, node: cst.CSTNode, name: str) -> bool:
+    """A new reference to ``name`` written at ``node`` would find the builtin."""
+    scope = _scopes(ctx.module).get(node)
+    if scope is None or _has_star_import(ctx.module):
+        return False
+    return all(isinstance(a, BuiltinAssignment) for a in scope[name])
+
+
+@functools.lru_cache(maxsize=8)
+def _has_star_import(module: cst.Module) -> bool:
+    return any(
+        isinstance(s, cst.ImportFrom) and isinstance(s.names, cst.ImportStar)
+        for line in module.body
+        if isinstance(line, cst.SimpleStatementLine)
+        for s in line.body
+    )
+
+
+def call_at(ctx: SiteContext) -> cst.Call | None:
+    """The call Dynamo broke on: the node at the span is the call or lies in its callee.
+
+    A node inside the call's arguments is a break of its own (e.g. an ``.item()``
+    in a print's argument), not of this call.
+    """
+    call = ctx.enclosing(cst.Call)
+    if call is None:
+        return None
+    inside = (ctx.node, *ctx.ancestors())
+    return call if ctx.node is call or any(n is call.func for n in inside) else None
+
+
+def str_literal(value: str) -> str:
+    """A Python literal for ``value``, double-quoted where possible."""
+    text = repr(value)
+    if text.startswith("'") and '"' not in value:
+        text = '"' + text[1:-1] + '"'
+    return text
+
+
+# --- print -> torch._higher_order_ops.print
+
+# Containers and shapes: converted to text by Dynamo at trace time (see module doc).
+_TO_TEXT_CALLS = frozenset({"tuple", "list", "dict", "set", "sorted"})
+_CONVERSION = {None: "str", "s": "str", "r": "repr", "a": "ascii"}
+
+
+class _Decline(Exception):
+    """The print cannot be rewritten with identical output."""
+
+
+def _escape(text: str) -> str:
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def _is_string(node: cst.BaseExpression) -> bool:
+    return isinstance(node, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString))
+
+
+def _has_fstring(node: cst.BaseExpression) -> bool:
+    if isinstance(node, cst.ConcatenatedString):
+        return _has_fstring(node.left) or _has_fstring(node.right)
+    return isinstance(node, cst.FormattedString)
+
+
+def _fields(node: cst.BaseExpression) -> list[cst.FormattedStringExpression]:
+    """The replacement fields of a (possibly concatenated) f-string, left to right."""
+    if isinstance(node, cst.ConcatenatedString):
+        return _fields(node.left) + _fields(node.right)
+    if isinstance(node, cst.FormattedString):
+        return [p for p in node.parts if isinstance(p, cst.FormattedStringExpression)]
+    return []
+
+
+def _constant_text(node: cst.BaseExpression, code: str) -> str | None:
+    """What ``print`` writes for a literal argument, or None if it is not a literal."""
+    number = (cst.Integer, cst.Float, cst.Imaginary)
+    signed = isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus))
+    constant_name = isinstance(node, cst.Name) and node.value in ("None", "True", "False")
+    if not (
+        isinstance(node, (cst.SimpleString, cst.ConcatenatedString, *number))
+        or constant_name
+        or (signed and isinstance(node.expression, number))
+    ):
+        return None
+    value = ast.literal_eval("(" + code + ")")
+    if isinstance(value, bytes):
+        raise _Decline("bytes literal")
+    return str(value)
+
+
+def _to_text(node: cst.BaseExpression) -> bool:
+    """Containers and shapes: values that must reach the op as text."""
+    if isinstance(node, (cst.Tuple, cst.List, cst.Dict, cst.Set)):
+        return True
+    if isinstance(node, cst.Attribute) and node.attr.value == "shape":
+        return True
+    if isinstance(node, cst.Call):
+        func = node.func
+        if isinstance(func, cst.Name) and func.value in _TO_TEXT_CALLS:
+            return True
+        if isinstance(func, cst.Attribute) and func.attr.value == "size" and not node.args:
+            return True
+    return False
+
+
+def _opaque(node: cst.BaseExpression) -> bool:
+    """Values Dynamo cannot hand to the op, or whose text is not reproducible."""
+    if isinstance(node, (cst.GeneratorExp, cst.ListComp, cst.SetComp, cst.DictComp, cst.Lambda, cst.Await, cst.Yield)):
+        return True
+    if isinstance(node, cst.SimpleString) and "b" in node.prefix.lower():
+        return True
+    if isinstance(node, cst.Name) and node.value in ("self", "cls"):
+        return True  # a module or object: Dynamo cannot pass it as an argument
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "tolist"
+
+
+class PrintToHop(Recipe):
+    name = "print-to-hop"
+    codes = ("GB0059",)
+    safety = "safe"
+    requires = frozenset({"hop_print"})
+    summary = "print(...) -> torch._higher_order_ops.print(fmt, *args): prints at run time from inside the graph"
+    rule = "GB0059"
+
+    def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
+        call = call_at(ctx)
+        if call is None or not isinstance(call.func, cst.Name) or call.func.value != "print":
+            return None
+        if not is_builtin(ctx, call.func):
+            return None
+        self._ctx, self._call = ctx, call
+        try:
+            self._new = self._hop_call(call)
+        except _Decline:
+            return None
+        return call
+
+    def rewrite(self, node: cst.CSTNode) -> cst.CSTNode:
+        self.need_import("torch")
+        return self._new
+
+    # --- building the format string ---------------------------------------
+
+    def _hop_call(self, call: cst.Call) -> cst.Call:
+        sep, pieces, values = " ", [], []
+        for arg in call.args:
+            if arg.star:
+                raise _Decline("*args / **kwargs")
+            keyword = arg.keyword.value if arg.keyword else None
+            if keyword is None:
+                pieces.append(self._piece(arg.value, values))
+            elif keyword == "sep":
+                sep = self._keyword_text(arg.value, default=" ")
+            elif keyword == "end":
+                if self._keyword_text(arg.value, default="\n") != "\n":
+                    raise _Decline("the op always ends the line")
+            elif keyword == "flush":
+                if not isinstance(arg.value, cst.Name):
+                    raise _Decline("dropping flush= must not drop an evaluation")
+            else:
+                raise _Decline(f"{keyword}=")  # file=: the op always writes to sys.stdout
+        fmt = _escape(sep).join(pieces)
+        args = [cst.Arg(cst.SimpleString(str_literal(fmt)))] + [cst.Arg(v) for v in values]
+        return cst.Call(func=cst.parse_expression("torch._higher_order_ops.print"), args=args)
+
+    def _keyword_text(self, node: cst.BaseExpression, default: str) -> str:
+        if isinstance(node, cst.Name) and node.value == "None":
+            return default
+        if _is_string(node) and not _has_fstring(node):
+            value = ast.literal_eval("(" + self._ctx.code(node) + ")")
+            if isinstance(value, str):
+                return value
+        raise _Decline("not a string literal")
+
+    def _piece(self, node: cst.BaseExpression, values: list[cst.BaseExpression]) -> str:
+        """One positional argument as format-string text; runtime values go to ``values``."""
+        if _has_fstring(node):
+            return self._fstring(node, values)
+        text = _constant_text(node, self._ctx.code(node))
+        if text is not None:
+            return _escape(text)
+        return self._field(node, "s", None, values)
+
+    def _field(self, node: cst.BaseExpression, conversion: str | None, spec: str | None, values: list) -> str:
+        if _opaque(node):
+            raise _Decline("value the op cannot take")
+        if _to_text(node):
+            convert = _CONVERSION[conversion]
+            if spec or not builtin_at(self._ctx, self._call, convert):
+                raise _Decline("format spec on a container, or a shadowed str/repr/ascii")
+            values.append(cst.Call(cst.Name(convert), [cst.Arg(node)]))
+            return "{}"
+        values.append(node)
+        return "{" + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+
+    def _fstring(self, node: cst.BaseExpression, values: list) -> str:
+        # Python's own parser gives the text between fields with escapes and
+        # ``{{`` resolved, and expands ``{x=}`` into "x=" plus a ``!r`` field.
+        joined = ast.parse("(" + self._ctx.code(node) + ")", mode="eval").body
+        fields = iter(_fields(node))
+        out = []
+        for part in joined.values if isinstance(joined, ast.JoinedStr) else []:
+            if isinstance(part, ast.Constant):
+                out.append(_escape(part.value))
+                continue
+            expr = next(fields, None)
+            if expr is None:
+                raise _Decline("f-string fields do not line up")
+            spec = None
+            if part.format_spec is not None:
+                spec_parts = part.format_spec.values
+                if not all(isinstance(p, ast.Constant) for p in spec_parts):
+                    raise _Decline("nested replacement field in a format spec")
+                spec = "".join(p.value for p in spec_parts)
+                if "{" in spec or "}" in spec:
+                    raise _Decline("brace in a format spec")
+            conversion = None if part.conversion == -1 else chr(part.conversion)
+            out.append(self._field(expr.expression, conversion, spec, values))
+        if next(fields, None) is not None:
+            raise _Decline("f-string fields do not line up")
+        return "".join(out)
+
+
+RECIPES = (PrintToHop,)
