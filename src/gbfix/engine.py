@@ -95,6 +95,8 @@ class _Session:
         self.notes: list[str] = []
         self.hopeless: set[tuple] = set()  # original keys of sites no recipe could fix
         self.noise: Noise | None = None  # run-to-run differences of the original, once measured
+        self.own_reference: RunResult | None = None  # the original on its own backend, if needed
+        self.last_own: RunResult | None = None  # latest passing own-backend run of the edits
 
     # --- coordinates ------------------------------------------------------
     def original_key(self, site: Site) -> tuple:
@@ -110,7 +112,8 @@ class _Session:
         return key
 
     # --- runs -------------------------------------------------------------
-    def trial(self, edits: list[Edit], locator: Locator) -> tuple[RunResult | None, str | None, list[TrialBreak]]:
+    def _overlay(self, edits: list[Edit], locator: Locator) -> tuple[dict[Path, bytes], dict[Path, LineMap]]:
+        """Contents of every file that differs from disk once ``edits`` apply, and their line maps."""
         by_file: dict[Path, list[Edit]] = {}
         for e in edits:
             by_file.setdefault(e.path, []).append(e)
@@ -121,12 +124,56 @@ class _Session:
                 overlay[path] = new
             if path in by_file:
                 maps[path] = LineMap(src.text, new.decode(src.encoding))
+        return overlay, maps
+
+    def trial(self, edits: list[Edit], locator: Locator) -> tuple[RunResult | None, str | None, list[TrialBreak]]:
+        overlay, maps = self._overlay(edits, locator)
         self.progress(f"trial run with {len(edits)} edit(s)")
         try:
             result = self.prober.run(overlay=overlay, baseline=self.baseline.outputs_path)
         except RunFailed as e:
             return None, f"the edited program failed: {e}", []
         return result, None, place(result, self.targets, maps)
+
+    def own_trial(self, edits: list[Edit], locator: Locator) -> tuple[RunResult | None, str]:
+        """A run on the program's own backend (e.g. inductor, which rejects code eager accepts).
+
+        It is compared to the eager baseline first; if that differs (inductor's
+        rounding can show in printed numbers), the original program is run once
+        on its own backend and that run is the reference from then on.
+        """
+        overlay, _ = self._overlay(edits, locator)
+        tolerate = _tolerates_order(edits)
+        while True:
+            expected = self.own_reference or self.baseline
+            self.progress(f"own-backend run with {len(edits)} edit(s)")
+            try:
+                result = self.prober.run(overlay=overlay, baseline=expected.outputs_path, backend="own")
+            except RunFailed as e:
+                return None, f"the edited program fails on its own backend: {e}"
+            diff = behaviour_diff(expected, result, tolerate, self.noise or Noise())
+            if diff is None:
+                return result, ""
+            if self.own_reference is not None:
+                return None, f"on its own backend, {diff}"
+            self.progress("running the original on its own backend for reference")
+            try:
+                self.own_reference = self.prober.run(backend="own")
+            except RunFailed as e:
+                raise EntryError(f"the entry `{self.entry.text}` fails on its own backend: {e}") from None
+
+    def own_settle(self, group: list[Edit], kept: list[Edit], locator: Locator) -> RunResult | None:
+        """Keep the part of ``group`` that also works on the own backend (halving on failure)."""
+        result, why = self.own_trial(kept + group, locator)
+        if result is not None:
+            kept.extend(group)
+            return result
+        if len(group) == 1:
+            self.outcomes = [Outcome(o.edit, "rejected:backend", why) if o.edit is group[0] else o for o in self.outcomes]
+            return None
+        mid = len(group) // 2
+        first = self.own_settle(group[:mid], kept, locator)
+        return self.own_settle(group[mid:], kept, locator) or first
 
     # --- proposing ----------------------------------------------------------
     def _context(self, site: Site, locator: Locator, caps: frozenset[str]) -> recipes.SiteContext:
@@ -244,6 +291,13 @@ class _Session:
                     queue.pop(key)
                     if key not in done:
                         self.hopeless.add(self.original_key(e.site))
+        if accepted and self.check_own_backend:
+            kept: list[Edit] = []
+            own = self.own_settle(accepted, kept, rnd.locator)
+            if own is not None:
+                self.last_own = own
+            if len(kept) < len(accepted):
+                accepted, last = kept, own
         if not accepted:
             return None
         self._commit(accepted, rnd.locator)
@@ -265,6 +319,9 @@ class _Session:
         started = time.perf_counter()
         self.progress(f"baseline run of `{self.entry.text}`")
         self.baseline = self.prober.baseline()
+        # When every torch.compile call already uses the eager backend, an
+        # own-backend run would only repeat a trial run.
+        self.check_own_backend = not all(like_eager for *_, like_eager in self.baseline.compile_sites)
         caps = self.baseline.capabilities
         run = self.baseline
         for n in range(self.opts.max_rounds):
@@ -276,13 +333,8 @@ class _Session:
                 break
             run = ended
         fixed = {p: s.data for p, s in self.current.items() if s.data != self.originals[p].data}
-        if fixed and not all(like_eager for *_, like_eager in self.baseline.compile_sites):
-            own = self.own_backend_check(fixed)
-            if own is None:
-                fixed, run = {}, self.baseline
-                self.current, self.to_original = dict(self.originals), {}
-            else:
-                run = own
+        if fixed and self.last_own is not None:
+            run = self.last_own  # what is left, counted on the program's own backend
         return Result(
             entry=self.entry,
             findings=tuple(self.findings(run, caps)),
@@ -295,33 +347,6 @@ class _Session:
             seconds=time.perf_counter() - started,
             notes=tuple(self.notes),
         )
-
-    def own_backend_check(self, fixed: dict[Path, bytes]) -> RunResult | None:
-        """The edited program on its own backend: it must still compile, run and behave the same.
-
-        The eager backend accepts code that inductor rejects. The edited run is
-        compared to the baseline first; only if that differs (e.g. inductor's
-        rounding shows in printed numbers) is the original program run on its
-        own backend to compare against.
-        """
-        self.progress("final check on the program's own backend")
-        tolerate = _tolerates_order([o.edit for o in self.outcomes if o.status == "applied"])
-        try:
-            own = self.prober.run(overlay=fixed, baseline=self.baseline.outputs_path, backend="own")
-            noise = self.noise or Noise()
-            diff = behaviour_diff(self.baseline, own, tolerate, noise)
-            if diff is not None:
-                reference = self.prober.run(backend="own")
-                own = self.prober.run(overlay=fixed, baseline=reference.outputs_path, backend="own")
-                diff = behaviour_diff(reference, own, tolerate, noise)
-        except RunFailed as e:
-            diff = f"the edited program fails there: {e}"
-        if diff is None:
-            return own
-        why = f"edits dropped: on the program's own backend, {diff}"
-        self.notes.append(why)
-        self.outcomes = [Outcome(o.edit, "rejected:backend", why) if o.status == "applied" else o for o in self.outcomes]
-        return None
 
     def findings(self, final: RunResult, caps: frozenset[str]) -> list[Finding]:
         """Every break seen (baseline, revealed, remaining) in original coordinates, with its fate."""
@@ -338,10 +363,11 @@ class _Session:
             if site is not None:
                 remaining[self.note_site(site)] = site
         applied = {self.where[o.edit.id] for o in self.outcomes if o.status == "applied"}
+        fixed_any = bool(applied)
         reasons = {self.where[o.edit.id]: f"{o.status}: {o.detail}" for o in self.outcomes if o.status != "applied"}
         for key, finding in self.seen.items():
-            if key in applied and key not in remaining:
-                status, detail = "fixed", ""
+            if key not in remaining and (key in applied or fixed_any):
+                status, detail = "fixed", ""  # by its own edit, or by one that contained it
             else:
                 site = remaining.get(key)
                 unsafe = self.unsafe_available(site, locator, caps) if site and not self.opts.unsafe_fixes else None
