@@ -51,7 +51,11 @@ class Prober:
         backend: str = "eager",
         fullgraph: bool | None = None,
     ) -> RunResult:
-        """One run; raises RunFailed if the entry crashed, exited non-zero or timed out."""
+        """One run; raises RunFailed if the entry crashed, exited non-zero or timed out.
+
+        backend: "eager" (detection), "own" (the program's own settings) or
+        "none" (Dynamo disabled).
+        """
         self.runs += 1
         rundir = self.workdir / f"run{self.runs}"
         rundir.mkdir(parents=True)
@@ -80,6 +84,8 @@ class Prober:
             "PYTHONHASHSEED": "0",  # same set/dict iteration order in every run
             "PYTHONUNBUFFERED": "1",
         }
+        if backend == "none":  # the program with compilation off: eager ground truth
+            env["TORCHDYNAMO_DISABLE"] = "1"
         started = time.perf_counter()
         with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
             proc = subprocess.Popen(

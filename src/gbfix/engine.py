@@ -96,6 +96,7 @@ class _Session:
         self.hopeless: set[tuple] = set()  # original keys of sites no recipe could fix
         self.noise: Noise | None = None  # run-to-run differences of the original, once measured
         self.own_reference: RunResult | None = None  # the original on its own backend, if needed
+        self.uncompiled: RunResult | None = None  # the original with Dynamo off, if needed
         self.last_own: RunResult | None = None  # latest passing own-backend run of the edits
 
     # --- coordinates ------------------------------------------------------
@@ -246,6 +247,22 @@ class _Session:
             if self.noise != Noise():
                 self.notes.append("the program does not behave identically from run to run; the differing output is not compared")
             diff = behaviour_diff(self.baseline, result, tolerate_order, self.noise)
+        if diff is not None and not result.output_mismatch:
+            # The compiled original can print, log or warn differently from the
+            # program run without compile (e.g. a once-per-location warning shown
+            # twice); a rewrite that restores the uncompiled behaviour is no regression.
+            if self.uncompiled is None:
+                self.progress("the trial differs: running the original without compile for reference")
+                try:
+                    self.uncompiled = self.prober.run(baseline=self.baseline.outputs_path, backend="none")
+                except RunFailed as e:
+                    raise EntryError(f"the entry `{self.entry.text}` failed without compile: {e}") from None
+            if behaviour_diff(self.uncompiled, result, tolerate_order, self.noise) is None:
+                self.notes.append(
+                    "an accepted edit makes the compiled program print, log or warn as the uncompiled one does, "
+                    "where the compiled original differed"
+                )
+                return None
         return diff
 
     def _halves(self, group: list[Edit], accepted: list[Edit], rnd: _Round) -> RunResult | None:
@@ -323,6 +340,10 @@ class _Session:
         # own-backend run would only repeat a trial run.
         self.check_own_backend = not all(like_eager for *_, like_eager in self.baseline.compile_sites)
         caps = self.baseline.capabilities
+        if self.check_own_backend:
+            # leaf_function does not lower in inductor (torch 2.13: InductorError
+            # in get_attr); offering it there only costs failed own-backend runs.
+            caps = caps - {"leaf_function"}
         run = self.baseline
         for n in range(self.opts.max_rounds):
             if not run.breaks:

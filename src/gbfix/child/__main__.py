@@ -40,6 +40,11 @@ def _capabilities() -> list[str]:
         "cond": lambda: torch.cond,
         "check": lambda: torch._check,
         "reorderable_logging": lambda: torch._dynamo.config.reorderable_logging_functions,
+        # An ORDERED effectful custom op survives inductor's dead-code elimination.
+        "effectful_op": lambda: (
+            torch._higher_order_ops.effects._register_effectful_op,
+            torch._higher_order_ops.effects._EffectType.ORDERED,
+        ),
     }
     out = []
     for name, probe in probes.items():
@@ -69,7 +74,7 @@ def main(spec_path: str) -> int:
     route = hooks.install(breaks)
     capture = OutputCapture()
     capture.install()
-    compiles = CompileRecorder(spec["backend"], spec.get("fullgraph"))
+    compiles = CompileRecorder(spec["backend"], spec.get("fullgraph"))  # "none": TORCHDYNAMO_DISABLE is set
     compiles.install()
     overlay = OverlayFinder(spec.get("overlay", {}))
     overlay.install()

@@ -7,6 +7,7 @@ log line or a warning is not behaviour-preserving.
 from __future__ import annotations
 
 import logging
+import sys
 import warnings
 from typing import Any
 
@@ -39,7 +40,10 @@ class OutputCapture:
         seen = self.warnings
 
         def show(msg: warnings.WarningMessage) -> None:
-            if not _is_torch_internal(msg.filename or ""):
+            # Who called warnings.warn (a C function, so the next frame up),
+            # not where the warning points: stacklevel can point anywhere.
+            caller = sys._getframe(1).f_code.co_filename
+            if not _is_torch_internal(caller):
                 seen.append({"category": msg.category.__name__, "message": str(msg.message)})
             original_show(msg)
 
