@@ -1,0 +1,347 @@
+"""Static tests for item-to-tensor (GB0124) and remove-graph-break / remove-skip-frame
+(GB0025 / GB4297): the rules/ examples, variants, and the cases each must decline."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gbfix import rules
+from gbfix.recipes.explicit_break import RemoveGraphBreak, RemoveSkipFrame
+from gbfix.recipes.scalar import ItemToTensor
+from tests.helpers import rewrite_at
+
+RULES = Path(__file__).resolve().parents[2] / "rules"
+
+
+def at(source: str, needle: str, recipe=ItemToTensor, code: str = "GB0124") -> str | None:
+    """Rewrite at the first occurrence of `needle`: the span Dynamo reports for the call."""
+    source = textwrap.dedent(source)
+    for number, line in enumerate(source.splitlines(), 1):
+        col = line.find(needle)
+        if col >= 0:
+            return rewrite_at(source, recipe, number, col, col + len(needle), code)
+    raise AssertionError(f"{needle!r} not in source")
+
+
+def fn(body: str, params: str = "x: torch.Tensor, t: torch.Tensor") -> str:
+    """A module with one function `f(params)` whose body is `body`."""
+    return f"import torch\n\n\ndef f({params}):\n" + textwrap.indent(textwrap.dedent(body).strip("\n"), "    ") + "\n"
+
+
+# ---- rules/ examples ----
+
+# Where Dynamo reports each rule example's break: the first of these in the example.
+RULE_SITES = {
+    "GB0124": ("self.temperature.item()", "x.abs().max().item()", "int(mask.sum())"),
+    "GB0025": ("torch._dynamo.graph_break(",),
+    "GB4297": ("torch._dynamo.skip_frame(",),
+}
+RECIPE_FOR = {"GB0124": ItemToTensor, "GB0025": RemoveGraphBreak, "GB4297": RemoveSkipFrame}
+
+
+@pytest.mark.parametrize("code", ["GB0124", "GB0025", "GB4297", "GB0109", "GB0033"])
+def test_rule_examples(code):
+    examples = rules.parse(RULES / f"{code}.md")
+    assert examples
+    for ex in examples:
+        if code not in RECIPE_FOR:  # no recipe answers these codes yet: only Not fixed sections
+            assert ex.after is None
+            continue
+        needle = next(n for n in RULE_SITES[code] if n in ex.before)
+        assert at(ex.before, needle, RECIPE_FOR[code], code) == ex.after, ex.title
+
+
+# ---- item-to-tensor: rewrites ----
+
+
+def test_inline_reduction_needs_no_reshape_or_clone():
+    out = at(fn("return x * w.sum().item()", "x: torch.Tensor, w: torch.Tensor"), "w.sum().item()")
+    assert "return x * w.sum().detach()\n" in out
+
+
+def test_float_of_annotated_tensor():
+    out = at(fn("return x - float(t)"), "float(t)")
+    assert "return x - t.detach().reshape(())\n" in out
+
+
+def test_int_of_integer_tensor_only():
+    out = at(fn("n = int((m > 0).sum())\nreturn x * n", "x: torch.Tensor, m: torch.Tensor"), "int((m > 0).sum())")
+    assert "n = (m > 0).sum().detach()\n" in out
+    # int() of a tensor of unknown dtype would truncate: keep it
+    assert at(fn("n = int(t)\nreturn x * n"), "int(t)") is None
+
+
+def test_parameter_of_shape_one_is_reshaped():
+    src = """
+    import torch
+    import torch.nn as nn
+
+
+    class Scale(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.alpha = nn.Parameter(torch.ones(1))
+            self.proj = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            a = self.alpha.item()
+            return self.proj(x) * a
+    """
+    # the use's statement calls a module first, which could update the parameter: snapshot it
+    assert "a = self.alpha.detach().reshape(()).clone()\n" in at(src, "self.alpha.item()")
+
+
+def test_scalar_buffer_is_zero_dim_and_submodule_output_is_a_tensor():
+    src = """
+    import torch
+    import torch.nn as nn
+
+
+    class Head(nn.Module):
+        def __init__(self, temperature: float = 1.0):
+            super().__init__()
+            self.proj = nn.Linear(4, 4)
+            self.register_buffer("temperature", torch.tensor(temperature))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            scale = self.temperature.item()
+            logits = self.proj(x)
+            return logits / scale
+    """
+    # a statement with a module call runs between the read and the use: snapshot the buffer
+    assert "scale = self.temperature.detach().clone()\n" in at(src, "self.temperature.item()")
+
+
+def test_user_module_and_function_annotated_to_return_tensors():
+    src = """
+    import torch
+    import torch.nn as nn
+
+
+    def norm(x: torch.Tensor) -> torch.Tensor:
+        return x / x.norm()
+
+
+    class Block(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = Block()
+            self.register_buffer("gain", torch.tensor(2.0))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.block(x) * self.gain.item() + norm(x) * self.gain.item()
+    """
+    out = at(src, "self.gain.item()")
+    assert "self.block(x) * self.gain.detach() + norm(x) * self.gain.item()" in out
+    src2 = textwrap.dedent(src).replace("self.block(x) * self.gain.item() + ", "")
+    assert "return norm(x) * self.gain.detach()\n" in at(src2, "self.gain.item()")
+
+
+def test_clone_when_the_source_may_change_before_a_use():
+    body = """
+    s = t.item()
+    for _ in range(3):
+        x = x * s
+        t.add_(1)
+    return x
+    """
+    assert "s = t.detach().reshape(()).clone()\n" in at(fn(body), "t.item()")
+
+
+def test_no_clone_when_the_next_statement_uses_it_and_is_pure():
+    body = """
+    s = t.item()
+    y = torch.softmax(x / s, dim=-1)
+    return y
+    """
+    assert "s = t.detach().reshape(())\n" in at(fn(body), "t.item()")
+
+
+def test_literal_arithmetic_runs_in_float64():
+    out = at(fn("return x / (t.item() + 1e-6)"), "t.item()")
+    assert "return x / (t.detach().reshape(()).double() + 1e-6)\n" in out
+    out = at(fn("s = (t.item() - 1) / 4\nreturn x - s"), "t.item()")
+    assert "s = (t.detach().reshape(()).double() - 1) / 4\n" in out
+
+
+def test_negation_needs_a_float_read():
+    body = "lo = t.float().item()\nreturn x.clamp(-lo, lo)"
+    assert "lo = t.float().detach().reshape(()).double()\n" in at(fn(body), "t.float().item()")
+    # a Python int 0 negated is +0, float64 -0: x / -s would flip infinities
+    assert at(fn("lo = t.item()\nreturn x.clamp(-lo, lo)"), "t.item()") is None
+
+
+@pytest.mark.parametrize(
+    "use",
+    [
+        "x = x // s",
+        "x = x % s",
+        "x = s - x",
+        "x = s * x",
+        "x = x.clamp(max=s)",
+        "x = torch.clamp(x, 0.0, s)",
+        "x = x.masked_fill(x > 0, s)",
+        "x = torch.where(x > 0, x, s)",
+        "x = x + s + s",
+    ],
+)
+def test_tensor_uses(use):
+    assert "s = t.detach().reshape(())\n" in at(fn(f"s = t.item()\n{use}\nreturn x"), "t.item()")
+
+
+def test_in_place_use_snapshots_the_source():
+    # `x` could share memory with `t`: an in-place update must not change the value it applies
+    assert "s = t.detach().reshape(()).clone()\n" in at(fn("s = t.item()\nx *= s\nreturn x"), "t.item()")
+    assert "x *= t.detach().reshape(()).clone()\n" in at(fn("x *= t.item()\nreturn x"), "t.item()")
+    assert "x *= t.sum().detach()\n" in at(fn("x *= t.sum().item()\nreturn x"), "t.sum().item()")
+
+
+def test_unannotated_parameter_used_as_a_tensor():
+    out = at(fn("return x.unsqueeze(0) * t.item()", "x, t"), "t.item()")
+    assert "return x.unsqueeze(0) * t.detach().reshape(())\n" in out
+
+
+def test_matmul_and_masked_fill_show_tensors():
+    body = """
+    scores = q @ k.transpose(-2, -1)
+    scores = scores.masked_fill(mask, float("-inf"))
+    return scores / t.item()
+    """
+    assert "return scores / t.detach().reshape(())\n" in at(fn(body, "q, k, mask, t"), "t.item()")
+
+
+# ---- item-to-tensor: declines ----
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "s = t.item()\nif s > 0:\n    x = x * s\nreturn x",  # Python control flow
+        "s = t.item()\nreturn x * s, s",  # returned
+        "s = t.item()\nprint(f'{s:.3f}')\nreturn x * s",  # formatted
+        "s = t.item()\nself.last = s\nreturn x * s",  # stored
+        "s = t.item()\nreturn x[: int(s)]",  # an index
+        "s = t.item()\nreturn x.new_full((2,), s)",  # a fill value outside the known functions
+        "s = t.item()\nfor _ in range(s):\n    x = x * 2\nreturn x",  # a range bound
+        "s = t.item()\ns = s * 2\nreturn x * s",  # bound twice
+        "s = t.item()\ndel s\nreturn x",  # deleted
+        "s: float = t.item()\nreturn x * s",  # annotated assignment
+        "a = b = t.item()\nreturn x * a",  # several targets
+        "return x ** t.item()",  # pow special-cases Python exponents
+        "return t.item() / x",  # Python runs it as x.reciprocal() * s
+        "return x * (1.0 / t.item())",  # ZeroDivisionError in Python, inf as a tensor
+        "return x * (t.item() / 0)",
+        "return x * float(t.item())",  # the read feeds a call
+        "return x.sum() / t.item()",  # 0-dim partner: the tensor's dtype would count
+        "return torch.nn.functional.mse_loss(x, x) * t.item()",  # a loss is 0-dim
+        "return x[0] * t.item()",  # may be 0-dim
+        "return x.long() + t.item()",  # integer partner: promotion would differ
+        "return (x > 0) * t.item()",  # bool partner
+        "return self.proj(x) * t.item()",  # not shown to be a tensor
+        "return math.sqrt(2.0) * t.item()",  # a Python float
+    ],
+)
+def test_declines(body):
+    assert at(fn(body, "self, x: torch.Tensor, t: torch.Tensor"), "t.item()") is None
+
+
+def test_declines_float_of_something_not_shown_to_be_a_tensor():
+    # on another call `t` may be a plain float, which has no .detach()
+    assert at(fn("return x * float(t)", "x: torch.Tensor, t"), "float(t)") is None
+
+
+def test_declines_shadowed_float():
+    assert at(fn("float = lambda v: 2.0\nreturn x * float(t)"), "float(t)") is None
+
+
+def test_declines_unannotated_parameter_rebound():
+    # x has two bindings, so a use of x as a tensor cannot vouch for the parameter
+    assert at(fn("x = x * w.sum().item()\nreturn x", "x, w: torch.Tensor"), "w.sum().item()") is None
+
+
+def test_declines_module_level_name():
+    src = """
+    import torch
+    s = torch.ones(()).item()
+    y = torch.ones(3) * s
+    """
+    assert at(src, "torch.ones(()).item()") is None
+
+
+# ---- remove-graph-break / remove-skip-frame ----
+
+
+def test_removes_the_line_with_its_leading_comment():
+    src = fn("x = x + 1\n# split here\ntorch._dynamo.graph_break()  # why\nreturn x * 2", "x")
+    out = at(src, "torch._dynamo.graph_break()", RemoveGraphBreak, "GB0025")
+    assert out == fn("x = x + 1\nreturn x * 2", "x")
+
+
+def test_only_statement_becomes_pass():
+    src = fn("if x.dim() > 1:\n    # why\n    torch._dynamo.graph_break()  # note\nreturn x", "x")
+    out = at(src, "torch._dynamo.graph_break()", RemoveGraphBreak, "GB0025")
+    assert out == fn("if x.dim() > 1:\n    # why\n    pass\nreturn x", "x")
+    src = fn("if x.dim() > 1: torch._dynamo.graph_break()\nreturn x", "x")
+    out = at(src, "torch._dynamo.graph_break()", RemoveGraphBreak, "GB0025")
+    assert out == fn("if x.dim() > 1: pass\nreturn x", "x")
+
+
+def test_semicolons():
+    src = fn("x = x + 1; torch._dynamo.graph_break()\nreturn x", "x")
+    assert at(src, "torch._dynamo.graph_break()", RemoveGraphBreak, "GB0025") == fn("x = x + 1\nreturn x", "x")
+    src = fn("torch._dynamo.graph_break(); x = x + 1\nreturn x", "x")
+    assert at(src, "torch._dynamo.graph_break()", RemoveGraphBreak, "GB0025") == fn("x = x + 1\nreturn x", "x")
+
+
+@pytest.mark.parametrize(
+    "imports, call",
+    [
+        ("import torch._dynamo as dynamo", 'dynamo.graph_break(msg="here")'),
+        ("from torch._dynamo import graph_break", "graph_break()"),
+        ("from torch._dynamo import graph_break as gb", 'gb(f"step {x}")'),
+        ("from torch._dynamo.decorators import graph_break", "graph_break('a' 'b')"),
+    ],
+)
+def test_spellings(imports, call):
+    src = f"{imports}\n\n\ndef f(x):\n    {call}\n    return x\n"
+    assert at(src, call, RemoveGraphBreak, "GB0025") == f"{imports}\n\n\ndef f(x):\n    return x\n"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "torch._dynamo.graph_break(msg=describe(x))\nreturn x",  # the message runs code
+        "torch._dynamo.graph_break(f'{x!r}')\nreturn x",  # a conversion runs code
+        "torch._dynamo.graph_break(*args)\nreturn x",
+        "y = torch._dynamo.graph_break()\nreturn x",  # not a bare statement
+        "torch._dynamo.graph_break() or x\nreturn x",
+    ],
+)
+def test_graph_break_declines(body):
+    assert at(fn(body, "x, args=()"), "torch._dynamo.graph_break(", RemoveGraphBreak, "GB0025") is None
+
+
+def test_declines_shadowed_torch_and_the_other_function():
+    brk, skip = "torch._dynamo.graph_break()", "torch._dynamo.skip_frame()"
+    assert at(fn(f"{brk}\nreturn x", "x, torch"), brk, RemoveGraphBreak, "GB0025") is None
+    assert at(fn(f"{skip}\nreturn x", "x"), skip, RemoveGraphBreak, "GB0025") is None
+    assert at(fn(f"{brk}\nreturn x", "x"), brk, RemoveSkipFrame, "GB4297") is None
+
+
+def test_skip_frame():
+    src = fn("torch._dynamo.skip_frame('debug')\nreturn x", "x")
+    assert at(src, "torch._dynamo.skip_frame('debug')", RemoveSkipFrame, "GB4297") == fn("return x", "x")
+
+
+def test_recipe_metadata():
+    assert ItemToTensor.safety == "safe" and ItemToTensor.codes == ("GB0124",)
+    assert RemoveGraphBreak.safety == RemoveSkipFrame.safety == "unsafe"
+    assert (RemoveGraphBreak.codes, RemoveSkipFrame.codes) == (("GB0025",), ("GB4297",))
