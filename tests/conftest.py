@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
+collect_ignore_glob = ["fixtures/*"]  # programs gbfix runs, not tests of gbfix
 
 
 def run_gbfix(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
