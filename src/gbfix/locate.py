@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+from functools import cached_property
 from pathlib import Path
 
 import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper, ParentNodeProvider, PositionProvider
+from libcst.metadata import CodeRange, MetadataWrapper, ParentNodeProvider, PositionProvider, ScopeProvider
 
 from gbfix.records import Break, Frame, Site
 from gbfix.sources import SourceFile
@@ -29,10 +30,16 @@ class ParsedFile:
     def __init__(self, source: SourceFile) -> None:
         self.source = source
         self.module = cst.parse_module(source.data)
-        wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
-        self._positions = wrapper.resolve(PositionProvider)
-        self._parents = wrapper.resolve(ParentNodeProvider)
+        # unsafe_skip_copy keeps node identity: metadata is keyed on the nodes recipes hold.
+        self._wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
+        self._positions = self._wrapper.resolve(PositionProvider)
+        self._parents = self._wrapper.resolve(ParentNodeProvider)
         self.lines = source.text.splitlines()
+
+    @cached_property
+    def scopes(self):
+        """Scope analysis of the file, computed on first use (it costs ~0.5 ms a line)."""
+        return self._wrapper.resolve(ScopeProvider)
 
     def char_col(self, line: int, byte_col: int | None) -> int | None:
         """Dynamo's columns are UTF-8 byte offsets; LibCST's are characters."""

@@ -19,7 +19,6 @@ from __future__ import annotations
 from typing import ClassVar
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, ScopeProvider
 
 from gbfix.recipes.base import Recipe, Replacement, SiteContext
 
@@ -74,8 +73,7 @@ class _RemoveCall(Recipe):
             return False
         if len(call.args) > 1 or not all(_literal_message(a.value) for a in call.args):
             return False
-        scopes = MetadataWrapper(ctx.module, unsafe_skip_copy=True).resolve(ScopeProvider)
-        scope = scopes.get(call.func)
+        scope = ctx.file.scopes.get(call.func)
         names = {q.name for q in scope.get_qualified_names_for(call.func)} if scope is not None else set()
         return bool(names) and names <= self.functions
 
