@@ -113,18 +113,19 @@ class _Session:
         return key
 
     # --- runs -------------------------------------------------------------
-    def _overlay(self, edits: list[Edit], locator: Locator) -> tuple[dict[Path, bytes], dict[Path, LineMap]]:
-        """Contents of every file that differs from disk once ``edits`` apply, and their line maps."""
+    def _edited(self, edits: list[Edit], locator: Locator) -> dict[Path, bytes]:
+        """New contents of the files the edits touch (current generation + edits)."""
         by_file: dict[Path, list[Edit]] = {}
         for e in edits:
             by_file.setdefault(e.path, []).append(e)
-        overlay, maps = {}, {}
-        for path, src in self.current.items():
-            new = edit_ops.apply(locator.parsed(path), by_file[path]) if path in by_file else src.data
-            if new != self.originals[path].data:
-                overlay[path] = new
-            if path in by_file:
-                maps[path] = LineMap(src.text, new.decode(src.encoding))
+        return {path: edit_ops.apply(locator.parsed(path), eds) for path, eds in by_file.items()}
+
+    def _overlay(self, edits: list[Edit], locator: Locator) -> tuple[dict[Path, bytes], dict[Path, LineMap]]:
+        """Contents of every file that differs from disk once ``edits`` apply, and their line maps."""
+        edited = self._edited(edits, locator)
+        overlay = {p: edited.get(p, src.data) for p, src in self.current.items()}
+        overlay = {p: data for p, data in overlay.items() if data != self.originals[p].data}
+        maps = {p: LineMap(self.current[p].text, data.decode(self.current[p].encoding)) for p, data in edited.items()}
         return overlay, maps
 
     def trial(self, edits: list[Edit], locator: Locator) -> tuple[RunResult | None, str | None, list[TrialBreak]]:
@@ -322,11 +323,7 @@ class _Session:
 
     def _commit(self, accepted: list[Edit], locator: Locator) -> None:
         """Make the accepted edits the next generation of the files."""
-        by_file: dict[Path, list[Edit]] = {}
-        for e in accepted:
-            by_file.setdefault(e.path, []).append(e)
-        for path, eds in by_file.items():
-            data = edit_ops.apply(locator.parsed(path), eds)
+        for path, data in self._edited(accepted, locator).items():
             src = self.current[path]
             self.current[path] = SourceFile(path, data, data.decode(src.encoding), src.encoding)
             self.to_original[path] = LineMap(self.originals[path].text, self.current[path].text)
