@@ -32,9 +32,12 @@ def _progress(quiet: bool):
 @click.option("-e", "--entry", help="What to run: 'script.py ARGS', 'python -m pkg.mod ARGS' or 'pytest ARGS'.")
 @click.option("--timeout", type=float, help="Seconds one run of the entry may take.")
 @click.option("--unsafe-fixes", is_flag=True, default=None, help="Also try fixes that may change behaviour (still verified).")
+@click.option("--fullgraph", is_flag=True, help="Aim for zero breaks; then add fullgraph=True where the program compiles, proven by a real run.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @click.version_option(package_name="gbfix")
-def cli(paths: tuple[Path, ...], mode: str, entry: str | None, timeout: float | None, unsafe_fixes: bool | None, quiet: bool) -> None:
+def cli(
+    paths: tuple[Path, ...], mode: str, entry: str | None, timeout: float | None, unsafe_fixes: bool | None, fullgraph: bool, quiet: bool
+) -> None:
     """Find torch.compile graph breaks in PATHS, rewrite the code to remove them, prove each rewrite.
 
     PATHS are the files and folders gbfix may edit (default: the current folder).
@@ -46,6 +49,7 @@ def cli(paths: tuple[Path, ...], mode: str, entry: str | None, timeout: float | 
     opts = engine.Options(
         unsafe_fixes=unsafe_fixes if unsafe_fixes is not None else bool(config and config.unsafe_fixes),
         timeout=timeout or (config.timeout if config and config.timeout else engine.Options.timeout),
+        fullgraph=fullgraph,
     )
     result = engine.fix(targets, the_entry, opts, _progress(quiet))
     applied = mode == "apply"

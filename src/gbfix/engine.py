@@ -7,6 +7,7 @@ the CLI reports, and ``write`` writes it.
 from __future__ import annotations
 
 import itertools
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gbfix import edits as edit_ops
-from gbfix import recipes, sources
+from gbfix import fullgraph, recipes, sources
 from gbfix.detect import Prober, RunFailed
 from gbfix.errors import EntryError
 from gbfix.entry import Entry
@@ -30,6 +31,7 @@ MAX_ROUNDS = 4
 @dataclass(frozen=True)
 class Options:
     unsafe_fixes: bool = False
+    fullgraph: bool = False  # aim for zero breaks and prove it with fullgraph=True
     timeout: float = 900.0
     max_rounds: int = MAX_ROUNDS
 
@@ -56,6 +58,7 @@ class Result:
     originals: dict[Path, SourceFile]
     fixed: dict[Path, bytes]  # only files that change
     remaining: int  # breaks left after the accepted edits (program's own backend when checked)
+    fullgraph: bool | None  # None: not asked; else whether fullgraph=True was added and proven
     baseline: RunResult
     runs: int
     seconds: float
@@ -138,17 +141,19 @@ class _Session:
         return result, None, place(result, self.targets, maps)
 
     def own_trial(self, edits: list[Edit], locator: Locator) -> tuple[RunResult | None, str]:
+        overlay, _ = self._overlay(edits, locator)
+        return self.own_run(overlay, _tolerates_order(edits), f"{len(edits)} edit(s)")
+
+    def own_run(self, overlay: dict[Path, bytes], tolerate: bool, what: str) -> tuple[RunResult | None, str]:
         """A run on the program's own backend (e.g. inductor, which rejects code eager accepts).
 
         It is compared to the eager baseline first; if that differs (inductor's
         rounding can show in printed numbers), the original program is run once
         on its own backend and that run is the reference from then on.
         """
-        overlay, _ = self._overlay(edits, locator)
-        tolerate = _tolerates_order(edits)
         while True:
             expected = self.own_reference or self.baseline
-            self.progress(f"own-backend run with {len(edits)} edit(s)")
+            self.progress(f"own-backend run with {what}")
             try:
                 result = self.prober.run(overlay=overlay, baseline=expected.outputs_path, backend="own")
             except RunFailed as e:
@@ -350,9 +355,10 @@ class _Session:
             if ended is None:
                 break
             run = ended
-        fixed = {p: s.data for p, s in self.current.items() if s.data != self.originals[p].data}
-        if fixed and self.last_own is not None:
+        if self.last_own is not None:
             run = self.last_own  # what is left, counted on the program's own backend
+        proven = self.prove_fullgraph(run) if self.opts.fullgraph else None
+        fixed = {p: s.data for p, s in self.current.items() if s.data != self.originals[p].data}
         return Result(
             entry=self.entry,
             findings=tuple(self.findings(run, caps)),
@@ -360,11 +366,42 @@ class _Session:
             originals=self.originals,
             fixed=fixed,
             remaining=len(run.breaks),
+            fullgraph=proven,
             baseline=self.baseline,
             runs=self.prober.runs,
             seconds=time.perf_counter() - started,
             notes=tuple(self.notes),
         )
+
+    def prove_fullgraph(self, run: RunResult) -> bool:
+        """Add ``fullgraph=True`` where the program compiles, proven by a real fullgraph run."""
+        if run.breaks:
+            self.notes.append(f"fullgraph=True not added: {len(run.breaks)} graph break(s) remain")
+            return False
+        # The run executed the current generation, so its compile lines are current.
+        by_file: dict[Path, set[int]] = {}
+        for file, line, _ in run.compile_sites:
+            path = Path(os.path.realpath(file))
+            if path in self.targets:
+                by_file.setdefault(path, set()).add(line)
+        locator = Locator(self.current)
+        edited = {path: fullgraph.insert(locator.parsed(path), lines) for path, lines in by_file.items()}
+        done = [f"{os.path.relpath(p, self.entry.cwd)}:{ln}" for p, (_, lines) in sorted(edited.items()) for ln in sorted(lines)]
+        if not done:
+            self.notes.append("fullgraph=True not added: no torch.compile call in the targets")
+            return False
+        overlay = {p: s.data for p, s in self.current.items() if s.data != self.originals[p].data}
+        overlay.update({p: data for p, (data, _) in edited.items()})
+        tolerate = _tolerates_order([o.edit for o in self.outcomes if o.status == "applied"])
+        result, why = self.own_run(overlay, tolerate, "fullgraph=True")
+        if result is None or result.breaks:
+            self.notes.append(f"fullgraph=True not added: the fullgraph run failed: {why or 'breaks remain'}")
+            return False
+        for path, (data, _) in edited.items():
+            src = self.current[path]
+            self.current[path] = SourceFile(path, data, data.decode(src.encoding), src.encoding)
+        self.notes.append(f"fullgraph=True added at {', '.join(done)}, proven by a run with fullgraph=True on the program's own backend")
+        return True
 
     def findings(self, final: RunResult, caps: frozenset[str]) -> list[Finding]:
         """Every break seen (baseline, revealed, remaining) in original coordinates, with its fate."""

@@ -56,6 +56,8 @@ def summary(result: Result, applied: bool, display: Callable[[Path], str] = disp
 
 
 def exit_code(result: Result, applied: bool) -> int:
+    if result.fullgraph is False:
+        return 1
     if applied:
         return 0 if result.remaining == 0 else 1
     return 0 if not result.findings and not result.fixed else 1

@@ -8,12 +8,15 @@ as long as it happens before the entry imports the user's modules.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from typing import Any
 
 import torch
 
 from gbfix.child.outputs import Snapshotter
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 
 
 class CompileRecorder:
@@ -31,7 +34,11 @@ class CompileRecorder:
         torch.compile = self.compile  # type: ignore[assignment]
 
     def compile(self, model=None, **kwargs):
+        # The user's line that asked for compilation: for nn.Module.compile()
+        # the direct caller is torch itself.
         caller = sys._getframe(1)
+        while caller.f_back is not None and caller.f_code.co_filename.startswith(_TORCH_DIR):
+            caller = caller.f_back
         site = (caller.f_code.co_filename, caller.f_lineno)
         if model is None:  # @torch.compile(...) with arguments: a decorator factory
             return lambda m: self._compile(m, kwargs, site)
