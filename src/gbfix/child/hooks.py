@@ -102,16 +102,19 @@ def _compile_id() -> str | None:
 
 
 class BreakRecorder:
-    """Collects breaks as JSON-ready dicts, deduplicated on (code, file, line, col)."""
+    """Collects breaks as JSON-ready dicts, deduplicated on the code and the whole stack.
+
+    Not on the leaf frame alone: a break inside a library (copy.py for
+    deepcopy) has the same leaf for every user site that reaches it.
+    """
 
     def __init__(self) -> None:
         self.breaks: list[dict[str, Any]] = []
         self._seen: set[tuple] = set()
 
     def add(self, record: dict[str, Any]) -> None:
-        leaf = record["stack"][-1] if record["stack"] else {}
         top = record["causes"][0]
-        key = (top["code"] or top["gb_type"], leaf.get("file"), leaf.get("line"), leaf.get("col"))
+        key = (top["code"] or top["gb_type"], *((f["file"], f["line"], f["col"]) for f in record["stack"]))
         if key not in self._seen:
             self._seen.add(key)
             self.breaks.append(record)

@@ -11,7 +11,7 @@ import importlib
 
 from gbfix.recipes.base import Recipe, Rewrite, SiteContext
 
-_MODULES = ("print_call", "logging_call", "warn_call", "scalar", "branch", "explicit_break")
+_MODULES = ("print_call", "logging_call", "warn_call", "scalar", "branch", "explicit_break", "shapes", "copying", "timing")
 
 
 def all_recipes() -> tuple[type[Recipe], ...]:

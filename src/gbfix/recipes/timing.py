@@ -1,0 +1,246 @@
+"""GB0007 at a wall-clock read (``time.perf_counter()`` and friends) inside compiled code.
+
+Timing code in a forward is a profiling aid: ``t0 = time.perf_counter()`` before
+a step, ``self.stats["attn"] += time.perf_counter() - t0`` or a log line after
+it. Dynamo cannot trace the clock (a skipped function, GB0007), so every read
+cuts the graph. Nothing inside a graph can measure it either -- a compiled
+graph runs as one unit -- so no rewrite keeps the behaviour: ``skip-timing``
+(unsafe) keeps the timing for eager runs and drops it under compile::
+
+    t0 = time.perf_counter()                     if not torch.compiler.is_compiling():
+    y = self.attn(x)                        ->       t0 = time.perf_counter()
+    self.stats["attn"] += time.perf_counter() - t0   y = self.attn(x)
+                                                 if not torch.compiler.is_compiling():
+                                                     self.stats["attn"] += time.perf_counter() - t0
+
+Dynamo evaluates ``torch.compiler.is_compiling()`` to True while tracing and
+drops the guarded statements; run eagerly they run as before. Under compile
+the stats stay as they were and the log lines are not written, which the
+verifier sees when they are printed.
+
+The guarded statements must be self-contained: starting from the statement of
+the break, every statement that assigns or reads a timing variable (a local
+assigned in one of them; ``t0``, ``dt``), and the statements whose clock reads
+feed one, must each be a single simple statement -- an assignment, an
+augmented assignment, or a call to ``print``, a logging method or a container's
+``append``/``add``/``update``... -- and no other code may read those variables
+(a ``return``, an ``if`` test, a nested function, a call's result used). The
+GB0007 code is shared with ``warnings.warn`` (``warn_call``) and other skipped
+functions: only calls of the ``time`` module's clocks are taken.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import libcst as cst
+from libcst.metadata import Assignment, Scope
+
+from gbfix.recipes.base import Recipe, Replacement, SiteContext
+from gbfix.recipes.print_call import call_at, qualified_names
+
+_CLOCKS = frozenset(
+    f"time.{name}{suffix}"
+    for name in ("perf_counter", "time", "monotonic", "process_time", "thread_time")
+    for suffix in ("", "_ns")
+)
+# Calls a timing statement may make for its effect: reporting and collecting.
+_REPORTING = frozenset(
+    "debug info warning warn error critical log append extend add update insert setdefault".split()
+)
+
+
+class _Decline(Exception):
+    """The timing code is not self-contained."""
+
+
+class SkipTiming(Recipe):
+    name = "skip-timing"
+    codes = ("GB0007",)
+    safety = "unsafe"
+    summary = "guard wall-clock timing with `if not torch.compiler.is_compiling():`: it runs in eager only"
+    rule = "GB0007"
+
+    def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
+        call = call_at(ctx)
+        if call is None or not self._is_clock(ctx, call):
+            return None
+        self._ctx = ctx
+        fn = ctx.enclosing(cst.FunctionDef, node=call)
+        stmt = ctx.enclosing(cst.SimpleStatementLine, node=call)
+        if fn is None or stmt is None or self._function(stmt) is not fn:
+            return None
+        self._fn = fn
+        try:
+            group = self._group(stmt)
+        except _Decline:
+            return None
+        self._group_ids = {id(s) for s in group}
+        return self._common_block(ctx, group)
+
+    def rewrite(self, node: cst.CSTNode) -> Replacement | None:
+        self.need_import("torch")
+        return node.visit(self)
+
+    def leave_IndentedBlock(
+        self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
+    ) -> cst.IndentedBlock:
+        body: list[cst.BaseStatement] = []
+        run: list[cst.BaseStatement] = []  # consecutive timing statements, guarded together
+
+        def flush() -> None:
+            if run:
+                first = run[0]
+                body.append(
+                    cst.If(
+                        test=cst.parse_expression("not torch.compiler.is_compiling()"),
+                        body=cst.IndentedBlock([first.with_changes(leading_lines=[]), *run[1:]]),
+                        leading_lines=first.leading_lines,
+                    )
+                )
+                run.clear()
+
+        for before, after in zip(original_node.body, updated_node.body):
+            if id(before) in self._group_ids:
+                run.append(after)
+            else:
+                flush()
+                body.append(after)
+        flush()
+        return updated_node.with_changes(body=body)
+
+    # ---- finding the timing statements ----
+
+    @staticmethod
+    def _is_clock(ctx: SiteContext, call: cst.Call) -> bool:
+        names = qualified_names(ctx, call.func)
+        return bool(names) and names <= _CLOCKS
+
+    def _function(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """The function or lambda whose body ``node`` runs in."""
+        return next((a for a in self._ctx.ancestors(node) if isinstance(a, (cst.FunctionDef, cst.Lambda))), None)
+
+    def _statement(self, node: cst.CSTNode) -> cst.SimpleStatementLine:
+        """The statement of this function holding ``node``; it must be a simple one."""
+        stmt = self._ctx.enclosing(cst.SimpleStatementLine, node=node)
+        inside = stmt is not None and all(self._function(n) is self._fn for n in (node, stmt))
+        if not inside:
+            raise _Decline("in a compound statement or a nested scope")
+        return stmt
+
+    def _group(self, start: cst.SimpleStatementLine) -> list[cst.SimpleStatementLine]:
+        """The statement of the break plus everything tied to it through timing variables."""
+        group: dict[int, cst.SimpleStatementLine] = {id(start): start}
+        done: set[str] = set()
+        todo = [start]
+        while todo:
+            stmt = todo.pop()
+            self._check(stmt)
+            for name in self._timing_names(stmt) - done:
+                done.add(name)
+                for node in self._uses(stmt, name):
+                    other = self._statement(node)
+                    if id(other) not in group:
+                        group[id(other)] = other
+                        todo.append(other)
+        return list(group.values())
+
+    def _timing_names(self, stmt: cst.SimpleStatementLine) -> set[str]:
+        """Locals the statement assigns, and locals it reads that some clock read assigns."""
+        scope = self._scope(stmt)
+        names: set[str] = set()
+        for node in _names(stmt):
+            for a in scope[node.value] if scope is not None else ():
+                if not isinstance(a, Assignment) or a.scope is not scope or isinstance(a.node, cst.Param):
+                    continue
+                if a.node is node:
+                    names.add(node.value)
+                    continue
+                source = self._ctx.enclosing(cst.SimpleStatementLine, node=a.node)
+                if source is not None and self._has_clock(source):
+                    names.add(node.value)
+        return names
+
+    def _uses(self, stmt: cst.SimpleStatementLine, name: str) -> list[cst.CSTNode]:
+        """Every node binding or reading the local ``name``, nested scopes included."""
+        scope = self._scope(stmt)
+        out: list[cst.CSTNode] = []
+        for a in scope.assignments[name]:
+            if not isinstance(a, Assignment):
+                raise _Decline("bound by an import, a global declaration, ...")
+            out.append(a.node)
+            out.extend(ref.node for ref in a.references)
+        return out
+
+    def _scope(self, stmt: cst.CSTNode) -> Scope | None:
+        return self._ctx.file.scopes.get(stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) else stmt)
+
+    def _has_clock(self, stmt: cst.SimpleStatementLine) -> bool:
+        return _has(stmt, lambda n: isinstance(n, cst.Call) and self._is_clock(self._ctx, n))
+
+    def _check(self, stmt: cst.SimpleStatementLine) -> None:
+        """A statement that may go under the guard: one assignment or reporting call."""
+        if len(stmt.body) != 1:
+            raise _Decline("several statements on the line")
+        small = stmt.body[0]
+        if isinstance(small, cst.Assign):
+            if any(isinstance(t.target, (cst.Tuple, cst.List, cst.StarredElement)) for t in small.targets):
+                raise _Decline("unpacking")
+        elif isinstance(small, cst.AnnAssign):
+            if small.value is None:
+                raise _Decline("annotation only")
+        elif isinstance(small, cst.Expr):
+            if not self._reporting(small.value):
+                raise _Decline("a call that may do more than report")
+        elif not isinstance(small, cst.AugAssign):
+            raise _Decline("return, raise, del, ...")
+        if _has(stmt, lambda n: isinstance(n, (cst.NamedExpr, cst.Yield, cst.Await, cst.Lambda))):
+            raise _Decline("walrus, yield, await or lambda")
+
+    def _reporting(self, expr: cst.BaseExpression) -> bool:
+        if not isinstance(expr, cst.Call):
+            return False
+        func = expr.func
+        if isinstance(func, cst.Name):
+            return func.value == "print" and qualified_names(self._ctx, func) == {"builtins.print"}
+        return isinstance(func, cst.Attribute) and func.attr.value in _REPORTING
+
+    @staticmethod
+    def _common_block(ctx: SiteContext, group: list[cst.SimpleStatementLine]) -> cst.IndentedBlock | None:
+        """The innermost block holding every statement of the group."""
+        first, *rest = group
+        for block in ctx.ancestors(first):
+            if isinstance(block, cst.IndentedBlock) and all(any(a is block for a in ctx.ancestors(s)) for s in rest):
+                return block
+        return None
+
+
+def _names(node: cst.CSTNode) -> list[cst.Name]:
+    found: list[cst.Name] = []
+
+    class _Walk(cst.CSTVisitor):
+        def visit_Name(self, n: cst.Name) -> None:
+            found.append(n)
+
+        def visit_Attribute(self, n: cst.Attribute) -> bool:
+            n.value.visit(self)  # `a.b`: `b` is no variable
+            return False
+
+    node.visit(_Walk())
+    return found
+
+
+def _has(node: cst.CSTNode, test: Callable[[cst.CSTNode], bool]) -> bool:
+    found = False
+
+    class _Walk(cst.CSTVisitor):
+        def on_visit(self, n: cst.CSTNode) -> bool:
+            nonlocal found
+            found = found or test(n)
+            return not found
+
+    node.visit(_Walk())
+    return found
+
+
+RECIPES = (SkipTiming,)
