@@ -12,7 +12,7 @@ from gbfix.recipes.base import Recipe, SiteContext
 from gbfix.sources import SourceFile
 
 ALL_CAPABILITIES = frozenset(
-    {"hop_print", "leaf_function", "nonstrict_trace", "custom_op", "cond", "check", "reorderable_logging"}
+    {"hop_print", "leaf_function", "nonstrict_trace", "custom_op", "cond", "check", "reorderable_logging", "effectful_op"}
 )
 
 

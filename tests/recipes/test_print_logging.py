@@ -1,22 +1,25 @@
-"""Static tests of print-to-hop, logger-to-leaf and warn-to-leaf (no torch)."""
+"""Static tests of print-to-hop, logger-to-op/-leaf and warn-to-op/-leaf (no torch)."""
 
 from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import textwrap
 import types
 from pathlib import Path
 
 import pytest
 
-from gbfix.recipes.logging_call import LoggerToLeaf
+from gbfix.recipes.logging_call import LoggerToLeaf, LoggerToOp
 from gbfix.recipes.print_call import PrintToHop
-from gbfix.recipes.warn_call import WarnToLeaf
+from gbfix.recipes.warn_call import WarnToLeaf, WarnToOp
 from gbfix.rules import parse
 from tests.helpers import ALL_CAPABILITIES, rewrite_at
 
 RULES = Path(__file__).resolve().parents[2] / "rules"
+# The op routes need the ORDERED-effect registration the child probes as "effectful_op".
+CAPS = ALL_CAPABILITIES | {"effectful_op"}
 
 
 def _site(source: str, needle: str, nth: int = 0) -> tuple[int, int, int]:
@@ -180,10 +183,10 @@ def test_print_rewrite_prints_the_same_text(stmt):
     assert outputs[0] == outputs[1]
 
 
-# --- logger.<level>(...) -> leaf function -----------------------------------------
+# --- logger.<level>(...) -> effectful custom op, or leaf function -------------------
 
-LOG_MODULE = '''\
-"""A model."""
+LOG_MODULE = """\
+\"\"\"A model.\"\"\"
 import logging
 
 import torch
@@ -195,53 +198,97 @@ class M(torch.nn.Module):
     def forward(self, x):
         {stmt}
         return x
-'''
+"""
 
 
-def _log(stmt: str, module: str = LOG_MODULE, **kw) -> str | None:
-    return _rewrite(module.replace("{stmt}", stmt), LoggerToLeaf, stmt, "GB0291", **kw)
+def _log(stmt: str, module: str = LOG_MODULE, recipe=LoggerToOp, **kw) -> str | None:
+    kw.setdefault("capabilities", CAPS)
+    return _rewrite(module.replace("{stmt}", stmt), recipe, stmt.splitlines()[0], "GB0291", **kw)
 
 
-def test_logging_rule_example_in_two_rounds():
+def _log_call(stmt: str, **kw) -> str | None:
+    """The rewritten call alone, or None when the recipe declines."""
+    out = _log(stmt, **kw)
+    return None if out is None else out[out.index("def forward(") :].splitlines()[1].strip()
+
+
+def test_logging_rule_example():
     example = _rule("GB0291", "deprecation warning")
-    # first site: the helper is missing, the edit adds it and rewrites the call
-    once = _rewrite(example.before, LoggerToLeaf, "logger.info(", "GB0291")
-    assert once.count("def _gbfix_log(") == 1
-    # second site: the helper is there, only the call changes
-    assert _rewrite(once, LoggerToLeaf, "logger.warning(", "GB0291") == example.after
+    assert _rewrite(example.before, LoggerToOp, "logger.warning(", "GB0291", capabilities=CAPS) == example.after
 
 
-def test_logging_helper_goes_after_the_imports():
-    out = _log('logger.warning("x %s", x)')
-    assert out is not None
+def test_logging_rule_example_leaf():
+    example = _rule("GB0291", "a tensor in the message, on the eager backend")
+    assert _rewrite(example.before, LoggerToOp, "logger.debug(", "GB0291", capabilities=CAPS) is None
+    assert _rewrite(example.before, LoggerToLeaf, "logger.debug(", "GB0291", capabilities=CAPS) == example.after
+
+
+def test_logging_rule_not_fixed():
+    # on inductor the engine withholds leaf_function: only the op route is left, and it declines
+    example = _rule("GB0291", "a tensor in the message, on inductor")
+    assert _rewrite(example.before, LoggerToOp, "logger.debug(", "GB0291", capabilities=CAPS) is None
+
+
+def test_logging_op_helper():
+    out = _log('logger.warning("x")')
     lines = out.splitlines()
-    assert lines[lines.index("import torch") + 3] == "@torch._dynamo.decorators.leaf_function"
-    assert '        _gbfix_log("logger", "warning", "x %s", x)' in lines
+    at = lines.index("import torch") + 3
+    assert lines[at] == """@torch.library.custom_op(f"gbfix::log_{__name__.replace('.', '_')}", mutates_args=())"""
+    assert lines[at + 1] == "def _gbfix_log(owner: str, method: str, message: str) -> None:"
+    assert "    _gbfix_log._opoverload, torch._higher_order_ops.effects._EffectType.ORDERED" in lines
+    assert '        _gbfix_log("logger", "warning", "x")' in lines
     assert "\n\n\nlogger = logging.getLogger(__name__)" in out
 
 
 def test_logging_second_site_replaces_only_the_call():
     once = _log('logger.info("a")')
-    twice = _rewrite(once.replace('_gbfix_log("logger", "info", "a")', 'logger.debug("b %d", 1)'), LoggerToLeaf, "logger.debug(", "GB0291")
+    twice = _rewrite(once.replace('_gbfix_log("logger", "info", "a")', 'logger.debug("b %d", 1)'), LoggerToOp, "logger.debug(", "GB0291", capabilities=CAPS)
     assert twice.count("def _gbfix_log(") == 1
-    assert '_gbfix_log("logger", "debug", "b %d", 1)' in twice
+    assert '_gbfix_log("logger", "debug", "b 1")' in twice
+
+
+def test_logging_op_and_leaf_helpers_side_by_side():
+    once = _log('logger.info("a %s", x)', recipe=LoggerToLeaf)
+    twice = _rewrite(once.replace('_gbfix_log_leaf("logger", "info", "a %s", x)', 'logger.info("b")'), LoggerToOp, 'logger.info("b")', "GB0291", capabilities=CAPS)
+    assert twice.count("def _gbfix_log_leaf(") == 1 and twice.count("def _gbfix_log(") == 1
 
 
 @pytest.mark.parametrize(
     "stmt, expected",
     [
-        ('logger.log(logging.INFO, "a %s", x)', '_gbfix_log("logger", "log", logging.INFO, "a %s", x)'),
+        ('logger.warning("`use_cache` is deprecated")', '_gbfix_log("logger", "warning", "`use_cache` is deprecated")'),
+        ("logger.info('100% done')", "_gbfix_log(\"logger\", \"info\", '100% done')"),  # no arguments: % is not formatted
+        ('logger.info("step %d of %s", 3, "a")', '_gbfix_log("logger", "info", "step 3 of a")'),
+        ('logger.info("%.2f%% %r %s", 0.5, "q", None)', '_gbfix_log("logger", "info", "0.50% \'q\' None")'),
+        ('logger.debug("%d", -1)', '_gbfix_log("logger", "debug", "-1")'),
+        ('logger.error("a" "b")', '_gbfix_log("logger", "error", "a" "b")'),
         ('logger.warning_once("deprecated")', '_gbfix_log("logger", "warning_once", "deprecated")'),
-        ('logger.debug(f"x {x}")', '_gbfix_log("logger", "debug", f"x {x}")'),
+        ('logging.warning("root")', '_gbfix_log("logging", "warning", "root")'),  # the module is a global too
     ],
 )
-def test_logging_rewrites(stmt, expected):
-    assert expected in _log(stmt)
+def test_logging_op_rewrites(stmt, expected):
+    assert _log_call(stmt) == expected
+
+
+def test_logging_op_keeps_a_multiline_call_layout():
+    stmt = 'logger.warning(\n            "a %s",\n            1,\n        )'
+    out = _log(stmt)
+    assert '        _gbfix_log(\n            "logger",\n            "warning",\n            "a 1",\n        )\n' in out
 
 
 @pytest.mark.parametrize(
     "stmt",
     [
+        'logger.info("x %s", x)',  # known at run time only: a tensor would print as a FakeTensor
+        'logger.info(f"x {x}")',
+        'logger.info("x %s" % x)',
+        'logger.info("shape %s", (1, 2))',  # not a scalar literal
+        'logger.info("%d", "a")',  # the original reports a logging error
+        'logger.info("%s %s", 1)',
+        "logger.info(3)",  # the op takes a string
+        'logger.info(b"raw")',
+        'logger.log(logging.INFO, "a")',
+        'logger.warning_once("a %s", 1)',  # cached on its arguments
         'self.logger.info("a")',  # not a module global: Dynamo cannot pass a Logger
         'logger.info("a", exc_info=True)',
         'logger.info("a %s", *x)',
@@ -250,27 +297,93 @@ def test_logging_rewrites(stmt, expected):
         'ok = logger.info("a")',  # the result is used
     ],
 )
-def test_logging_declines(stmt):
+def test_logging_op_declines(stmt):
     assert _log(stmt) is None
 
 
-def test_logging_declines_a_local_logger():
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[tuple[str, str, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append((record.name, record.levelname, record.getMessage()))
+
+
+@pytest.mark.parametrize(
+    "stmt",
+    [
+        'logger.info("step %d of %s", 3, "a")',
+        'logger.warning("%5.1f%% %r %x %s", 12.345, "q", 255, True)',
+        "logger.error('100% %s')",
+        'logger.debug("a" "%s", -2.5e3)',
+    ],
+)
+def test_logging_op_rewrite_logs_the_same_record(stmt):
+    """Run the original and the rewritten call, with a stand-in for the op."""
+    rewritten = _log_call(stmt)
+    assert rewritten is not None
+    logger = logging.getLogger("gbfix.test")
+    logger.setLevel(logging.DEBUG)
+    handler = _Records()
+    logger.addHandler(handler)
+    try:
+        env = {"logger": logger}
+        env["_gbfix_log"] = lambda owner, method, message: getattr(env[owner], method)(message)
+        for code in (stmt, rewritten):
+            exec(code, env)
+    finally:
+        logger.removeHandler(handler)
+    assert len(handler.messages) == 2 and handler.messages[0] == handler.messages[1]
+
+
+@pytest.mark.parametrize(
+    "stmt, expected",
+    [
+        ('logger.log(logging.INFO, "a %s", x)', '_gbfix_log_leaf("logger", "log", logging.INFO, "a %s", x)'),
+        ('logger.warning_once("deprecated")', '_gbfix_log_leaf("logger", "warning_once", "deprecated")'),
+        ('logger.debug(f"x {x}")', '_gbfix_log_leaf("logger", "debug", f"x {x}")'),
+    ],
+)
+def test_logging_leaf_rewrites(stmt, expected):
+    assert _log_call(stmt, recipe=LoggerToLeaf) == expected
+
+
+@pytest.mark.parametrize(
+    "stmt",
+    [
+        'self.logger.info("a")',
+        'logger.info("a", exc_info=True)',
+        'logger.info("a %s", *x)',
+        'logger.exception("failed")',
+        'logger.setLevel("INFO")',
+        'ok = logger.info("a")',
+    ],
+)
+def test_logging_leaf_declines(stmt):
+    assert _log(stmt, recipe=LoggerToLeaf) is None
+
+
+@pytest.mark.parametrize("recipe", [LoggerToOp, LoggerToLeaf])
+def test_logging_declines_a_local_logger(recipe):
     module = LOG_MODULE.replace("def forward(self, x):", "def forward(self, x, logger):")
-    assert _log('logger.info("a")', module) is None
+    assert _log('logger.info("a")', module, recipe=recipe) is None
 
 
-def test_logging_declines_when_the_helper_name_is_taken():
-    module = LOG_MODULE.replace("logger = logging", "_gbfix_log = None\nlogger = logging")
-    assert _log('logger.info("a")', module) is None
+@pytest.mark.parametrize("recipe", [LoggerToOp, LoggerToLeaf])
+def test_logging_declines_when_the_helper_name_is_taken(recipe):
+    module = LOG_MODULE.replace("logger = logging", f"{recipe.helper} = None\nlogger = logging")
+    assert _log('logger.info("a")', module, recipe=recipe) is None
 
 
-def test_logging_needs_leaf_function():
-    assert _log('logger.info("a")', capabilities=ALL_CAPABILITIES - {"leaf_function"}) is None
+@pytest.mark.parametrize("recipe, capability", [(LoggerToOp, "effectful_op"), (LoggerToOp, "custom_op"), (LoggerToLeaf, "leaf_function")])
+def test_logging_needs_its_capability(recipe, capability):
+    assert _log('logger.info("a")', recipe=recipe, capabilities=CAPS - {capability}) is None
 
 
-# --- warnings.warn(...) -> leaf function ------------------------------------------
+# --- warnings.warn(...) -> effectful custom op, or leaf function ---------------------
 
-WARN_MODULE = '''\
+WARN_MODULE = """\
 import warnings
 
 import torch
@@ -283,45 +396,139 @@ class LegacyWarning(UserWarning):
 def f(x, category):
     {stmt}
     return x
-'''
+"""
 
 
-def _warn(stmt: str, module: str = WARN_MODULE) -> str | None:
-    out = _rewrite(module.replace("{stmt}", stmt), WarnToLeaf, stmt.splitlines()[0], "GB0007")
+def _warn(stmt: str, module: str = WARN_MODULE, recipe=WarnToOp) -> str | None:
+    out = _rewrite(module.replace("{stmt}", stmt), recipe, stmt.splitlines()[0], "GB0007", capabilities=CAPS)
     return None if out is None else out[out.index("def f(") :]
+
+
+def _line_of(source: str, needle: str) -> int:
+    return next(i for i, text in enumerate(source.splitlines(), 1) if needle in text)
 
 
 def test_warn_rule_example():
     example = _rule("GB0007", "deprecation warning")
-    assert _rewrite(example.before, WarnToLeaf, "warnings.warn(", "GB0007") == example.after
+    after = _rewrite(example.before, WarnToOp, "warnings.warn(", "GB0007", capabilities=CAPS)
+    assert after == example.after
+    # the line written into the call is the call's own line in the rewritten file
+    line = _line_of(after, '_gbfix_warn("')
+    assert f'"FutureWarning", {line})' in after
+
+
+def test_warn_rule_example_leaf():
+    example = _rule("GB0007", "a message formatted with values")
+    assert _rewrite(example.before, WarnToOp, "warnings.warn(", "GB0007", capabilities=CAPS) is None
+    assert _rewrite(example.before, WarnToLeaf, "warnings.warn(", "GB0007", capabilities=CAPS) == example.after
 
 
 @pytest.mark.parametrize(
     "stmt, expected",
     [
-        ('warnings.warn("m")', '_gbfix_warn("m", "UserWarning")'),
-        ('warnings.warn("m", FutureWarning, 2)', '_gbfix_warn("m", "FutureWarning", 2)'),
-        ('warnings.warn(category=DeprecationWarning, message=f"m {x}", stacklevel=1)', '_gbfix_warn(f"m {x}", "DeprecationWarning", 1)'),
-        ('warnings.warn("m", LegacyWarning)', '_gbfix_warn("m", "LegacyWarning")'),
+        ('warnings.warn("m")', '_gbfix_warn("m", "UserWarning", {line})'),
+        ('warnings.warn("m", FutureWarning, 2)', '_gbfix_warn("m", "FutureWarning", {line})'),  # stacklevel dropped
+        ('warnings.warn("m", stacklevel=3)', '_gbfix_warn("m", "UserWarning", {line})'),
+        ('warnings.warn(category=DeprecationWarning, message="m", stacklevel=1)', '_gbfix_warn("m", "DeprecationWarning", {line})'),
+        ('warnings.warn("m", LegacyWarning)', '_gbfix_warn("m", "LegacyWarning", {line})'),
+        ("warnings.warn('a' 'b', RuntimeWarning)", "_gbfix_warn('a' 'b', \"RuntimeWarning\", {line})"),
     ],
 )
-def test_warn_rewrites(stmt, expected):
-    out = _warn(stmt)
-    assert out is not None and f"    {expected}\n" in out
+def test_warn_op_rewrites(stmt, expected):
+    out = _rewrite(WARN_MODULE.replace("{stmt}", stmt), WarnToOp, stmt, "GB0007", capabilities=CAPS)
+    assert out is not None
+    assert f"    {expected.format(line=_line_of(out, '    _gbfix_warn('))}\n" in out
 
 
-def test_warn_keeps_a_multiline_call_layout():
+def test_warn_op_second_site_keeps_its_line():
+    once = _rewrite(WARN_MODULE.replace("{stmt}", 'warnings.warn("a")\n    warnings.warn("b")'), WarnToOp, 'warnings.warn("a")', "GB0007", capabilities=CAPS)
+    line = _line_of(once, 'warnings.warn("b")')
+    twice = _rewrite(once, WarnToOp, 'warnings.warn("b")', "GB0007", capabilities=CAPS)
+    assert twice.count("def _gbfix_warn(") == 1
+    assert f'    _gbfix_warn("b", "UserWarning", {line})\n' in twice
+    assert f'    _gbfix_warn("a", "UserWarning", {line - 1})\n' in twice
+
+
+def test_adding_another_helper_renumbers_the_warn_calls():
+    module = LOG_MODULE.replace("import logging\n", "import logging\nimport warnings\n")
+    module = module.replace("{stmt}", 'warnings.warn("w")\n        logger.info("a")')
+    once = _rewrite(module, WarnToOp, "warnings.warn(", "GB0007", capabilities=CAPS)
+    twice = _rewrite(once, LoggerToOp, "logger.info(", "GB0291", capabilities=CAPS)
+    assert twice.index("def _gbfix_log(") < twice.index("def _gbfix_warn(")  # added above the call
+    line = _line_of(twice, '_gbfix_warn("w"')
+    assert f'        _gbfix_warn("w", "UserWarning", {line})\n' in twice
+
+
+def test_warn_op_keeps_a_multiline_call_layout():
     stmt = 'warnings.warn(\n        "m",\n        FutureWarning,\n        stacklevel=2,\n    )'
-    assert '    _gbfix_warn(\n        "m",\n        "FutureWarning",\n        2,\n    )\n' in _warn(stmt)
+    out = _rewrite(WARN_MODULE.replace("{stmt}", stmt), WarnToOp, "warnings.warn(", "GB0007", capabilities=CAPS)
+    line = _line_of(out, "    _gbfix_warn(")
+    assert f'    _gbfix_warn(\n        "m",\n        "FutureWarning",\n        {line},\n    )\n' in out
+    stmt = 'warnings.warn(\n        "m",\n        FutureWarning,\n    )'
+    out = _rewrite(WARN_MODULE.replace("{stmt}", stmt), WarnToOp, "warnings.warn(", "GB0007", capabilities=CAPS)
+    line = _line_of(out, "    _gbfix_warn(")
+    assert f'    _gbfix_warn(\n        "m",\n        "FutureWarning",\n        {line},\n    )\n' in out
 
 
-def test_warn_helper_and_imports():
-    out = _rewrite(WARN_MODULE.replace("{stmt}", 'warnings.warn("m")'), WarnToLeaf, "warnings.warn(", "GB0007")
-    assert "import builtins" in out
+def test_warn_op_helper_and_imports():
+    out = _rewrite(WARN_MODULE.replace("{stmt}", 'warnings.warn("m")'), WarnToOp, "warnings.warn(", "GB0007", capabilities=CAPS)
+    assert out.startswith("import warnings\n\nimport torch\nimport builtins\n\n\n@torch.library.custom_op(")
     assert out.count("def _gbfix_warn(") == 1
+    assert "    warnings.warn_explicit(\n" in out
+    assert "    _gbfix_warn._opoverload, torch._higher_order_ops.effects._EffectType.ORDERED\n" in out
     assert out.index("def _gbfix_warn(") < out.index("class LegacyWarning")
 
 
+@pytest.mark.parametrize(
+    "stmt",
+    [
+        'warnings.warn(f"m {x}")',  # known at run time only
+        "warnings.warn(x)",
+        'warnings.warn("m" + x)',
+        'warnings.warn("m", DeprecationWarning, stacklevel=2)',  # default filters decide by module
+        'warnings.warn("m", PendingDeprecationWarning, 2)',
+        'warnings.warn("m", LegacyWarning, stacklevel=2)',  # its default filter is not known here
+        'warnings.warn("m", category)',  # a local: the helper cannot find it by name
+        'warnings.warn("m", torch.jit.TracerWarning)',  # dotted category
+        'warnings.warn("m", FutureWarning, stacklevel=x)',
+        'warnings.warn("m", FutureWarning, source=x)',
+        'warnings.warn(LegacyWarning("m"))',  # a Warning instance carries its category
+        "warnings.warn(*x)",
+        'ok = warnings.warn("m")',
+        "t0 = time.perf_counter()",  # GB0007 too, but not warnings.warn
+    ],
+)
+def test_warn_op_declines(stmt):
+    assert _warn(stmt) is None
+
+
+@pytest.mark.parametrize(
+    "stmt, expected",
+    [
+        ('warnings.warn("m")', '_gbfix_warn_leaf("m", "UserWarning")'),
+        ('warnings.warn("m", FutureWarning, 2)', '_gbfix_warn_leaf("m", "FutureWarning", 2)'),
+        ('warnings.warn(category=DeprecationWarning, message=f"m {x}", stacklevel=1)', '_gbfix_warn_leaf(f"m {x}", "DeprecationWarning", 1)'),
+        ('warnings.warn("m", LegacyWarning, stacklevel=2)', '_gbfix_warn_leaf("m", "LegacyWarning", 2)'),
+    ],
+)
+def test_warn_leaf_rewrites(stmt, expected):
+    out = _warn(stmt, recipe=WarnToLeaf)
+    assert out is not None and f"    {expected}\n" in out
+
+
+def test_warn_leaf_keeps_a_multiline_call_layout():
+    stmt = 'warnings.warn(\n        "m",\n        FutureWarning,\n        stacklevel=2,\n    )'
+    assert '    _gbfix_warn_leaf(\n        "m",\n        "FutureWarning",\n        2,\n    )\n' in _warn(stmt, recipe=WarnToLeaf)
+
+
+def test_warn_leaf_helper_and_imports():
+    out = _rewrite(WARN_MODULE.replace("{stmt}", 'warnings.warn("m")'), WarnToLeaf, "warnings.warn(", "GB0007", capabilities=CAPS)
+    assert "import builtins" in out
+    assert out.count("def _gbfix_warn_leaf(") == 1
+    assert out.index("def _gbfix_warn_leaf(") < out.index("class LegacyWarning")
+
+
+@pytest.mark.parametrize("recipe", [WarnToOp, WarnToLeaf])
 @pytest.mark.parametrize(
     "head, stmt",
     [
@@ -329,28 +536,34 @@ def test_warn_helper_and_imports():
         ("import warnings as w\n", 'w.warn("m")'),
     ],
 )
-def test_warn_other_spellings(head, stmt):
-    out = _warn(stmt, head + WARN_MODULE)
-    assert out is not None and "_gbfix_warn(" in out
+def test_warn_other_spellings(recipe, head, stmt):
+    out = _warn(stmt, head + WARN_MODULE, recipe=recipe)
+    assert out is not None and f"{recipe.helper}(" in out
 
 
 @pytest.mark.parametrize(
     "stmt",
     [
-        'warnings.warn("m", category)',  # a local: the helper cannot find it by name
-        'warnings.warn("m", torch.jit.TracerWarning)',  # dotted category
+        'warnings.warn("m", category)',
+        'warnings.warn("m", torch.jit.TracerWarning)',
         'warnings.warn("m", FutureWarning, stacklevel=x)',
         'warnings.warn("m", FutureWarning, source=x)',
-        'warnings.warn(LegacyWarning("m"))',  # a Warning instance carries its category
-        'warnings.warn(*x)',
+        'warnings.warn(LegacyWarning("m"))',
+        "warnings.warn(*x)",
         'ok = warnings.warn("m")',
-        "t0 = time.perf_counter()",  # GB0007 too, but not warnings.warn
+        "t0 = time.perf_counter()",
     ],
 )
-def test_warn_declines(stmt):
-    assert _warn(stmt) is None
+def test_warn_leaf_declines(stmt):
+    assert _warn(stmt, recipe=WarnToLeaf) is None
 
 
-def test_warn_declines_a_shadowed_warnings_module():
+@pytest.mark.parametrize("recipe", [WarnToOp, WarnToLeaf])
+def test_warn_declines_a_shadowed_warnings_module(recipe):
     module = WARN_MODULE.replace("def f(x, category):", "def f(x, warnings):")
-    assert _warn('warnings.warn("m")', module) is None
+    assert _warn('warnings.warn("m")', module, recipe=recipe) is None
+
+
+def test_warn_op_needs_effectful_op():
+    source = WARN_MODULE.replace("{stmt}", 'warnings.warn("m")')
+    assert _rewrite(source, WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES - {"effectful_op"}) is None

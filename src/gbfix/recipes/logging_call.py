@@ -2,31 +2,47 @@
 
 Dynamo cannot trace Logger methods and cannot reorder them
 (``reorderable_logging_functions`` only takes plain functions;
-``ignore_logging_functions`` drops the record). What keeps the record is a
-leaf function (``torch._dynamo.decorators.leaf_function``): an opaque node of
-the graph that runs its Python body eagerly at run time. The rewrite sends the
-call through a module-level helper::
+``ignore_logging_functions`` drops the record). The rewrite sends the call
+through a module-level helper that the compiled graph keeps and runs at run
+time. Two helpers, the first preferred:
 
-    logger.warning("x %s", t)   ->   _gbfix_log("logger", "warning", "x %s", t)
+- ``logger-to-op``: an ORDERED effectful custom op. Inductor keeps it in order
+  and runs it on every call, also with ``fullgraph=True`` and in training (a
+  custom op with no output and no effect is dead code to inductor: the record
+  would vanish). Its arguments must be typed, so only string and number
+  literals are taken, and the message is formatted here::
 
-The helper calls ``getattr(globals()["logger"], "warning")("x %s", t)``: same
-logger, level, message and arguments. The logger travels by the name of its
-module global because Dynamo cannot pass a Logger (or a bound method) into a
-leaf function. So the receiver must be a module global: ``self.logger.info(...)``
-is declined, as are keyword arguments (``exc_info=``, ``extra=``, ...), star
-arguments, ``logger.exception`` and calls whose result is used.
+      logger.warning("`x` is deprecated")  ->  _gbfix_log("logger", "warning", "`x` is deprecated")
+      logger.info("step %d", 3)            ->  _gbfix_log("logger", "info", "step 3")
 
-What differs: the record's funcName/lineno name the helper, and a tensor that
-requires grad is detached at the leaf boundary (its text loses ``grad_fn``).
-On torch 2.13 inductor cannot compile a graph holding a leaf function; the
-eager and aot_eager backends can.
+  The record's ``getMessage()`` is the same; its ``msg``/``args`` hold the
+  formatted text. A ``*_once`` method with arguments is declined (it caches on
+  the arguments), as is ``log`` (its level is an expression).
+- ``logger-to-leaf``: a ``torch._dynamo.decorators.leaf_function``, which takes
+  any argument (tensors too) but does not lower in inductor on torch 2.13, so
+  the engine only offers it when every compile uses the eager backend::
+
+      logger.warning("x %s", t)  ->  _gbfix_log_leaf("logger", "warning", "x %s", t)
+
+  A tensor that requires grad is detached at the leaf boundary (its text loses
+  ``grad_fn``).
+
+Both helpers call ``getattr(globals()["logger"], "warning")(...)``: the logger
+travels by the name of its module global (Dynamo cannot pass a Logger into
+either), so ``self.logger.info(...)`` is declined, as are keyword arguments
+(``exc_info=``, ``extra=``, ...), star arguments, ``logger.exception`` and
+calls whose result is used. The record's funcName/lineno name the helper.
 """
 
 from __future__ import annotations
 
+import ast
 from typing import ClassVar
 
 import libcst as cst
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from gbfix.recipes.base import Recipe, SiteContext
 from gbfix.recipes.print_call import call_at, global_bindings, is_module_global, str_literal
@@ -37,21 +53,26 @@ from gbfix.recipes.print_call import call_at, global_bindings, is_module_global,
 _METHODS = frozenset(
     {"debug", "info", "warning", "warn", "error", "critical", "fatal", "log", "warning_once", "info_once"}
 )
+# What the custom op takes: `log` needs its level, an expression, as first argument.
+_OP_METHODS = _METHODS - {"log"}
+_LITERALS = (str, int, float, type(None))  # bool is an int
+# warn_call's op helper: its calls end with their own line number, which a
+# helper added above them changes, so adding any helper renumbers them.
+NUMBERED_HELPER = "_gbfix_warn"
 
 
-class LeafHelperRecipe(Recipe):
-    """Base for rewrites that route one call through a module-level leaf function.
+class HelperRecipe(Recipe):
+    """Base for rewrites that route one call through a module-level helper.
 
     The helper is added once per file. While it is missing, the edit replaces
-    the whole module (the helper goes after the imports and the call is
-    rewritten), so two such sites in one file cannot both add it: the second
-    edit overlaps the first and is retried next round, when the helper is
-    there and only the call is replaced.
+    the whole module (the helper goes after the imports, the imports it needs
+    are added, and the call is rewritten), so two such sites in one file
+    cannot both add it: the second edit overlaps the first and is retried next
+    round, when the helper is there and only the call is replaced.
     """
 
-    requires = frozenset({"leaf_function"})
     helper: ClassVar[str]  # the helper's name
-    helper_code: ClassVar[str]  # its definition, with its register_fake
+    helper_code: ClassVar[str]  # its definition and registrations
     helper_imports: ClassVar[tuple[str, ...]] = ("torch",)
 
     def match(self, ctx: SiteContext) -> cst.Call | None:
@@ -78,7 +99,133 @@ class LeafHelperRecipe(Recipe):
         new_call = self.reroute(self._call)
         if node is self._call:
             return new_call
-        return _with_helper(node, self._call, new_call, self.helper_code)
+        return _with_helper(node, self._call, new_call, self.helper_code, self.helper_imports)
+
+
+class LoggerRecipe(HelperRecipe):
+    """A Logger method called on a module-global logger, positional arguments only."""
+
+    codes = ("GB0291",)
+    safety = "safe"
+    rule = "GB0291"
+    methods: ClassVar[frozenset[str]] = _METHODS
+
+    def match(self, ctx: SiteContext) -> cst.Call | None:
+        call = call_at(ctx)
+        if call is None or not isinstance(call.func, cst.Attribute):
+            return None
+        owner, method = call.func.value, call.func.attr.value
+        if not isinstance(owner, cst.Name) or method not in self.methods or not is_module_global(ctx, owner):
+            return None
+        if not call.args or any(a.keyword is not None or a.star for a in call.args):
+            return None
+        return call
+
+    def head(self, call: cst.Call) -> list[cst.Arg]:
+        """The logger's global name and the method, as the helper's first arguments."""
+        assert isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name)
+        owner, method = call.func.value.value, call.func.attr.value
+        return [cst.Arg(cst.SimpleString(str_literal(owner))), cst.Arg(cst.SimpleString(str_literal(method)))]
+
+
+class LoggerToOp(LoggerRecipe):
+    name = "logger-to-op"
+    requires = frozenset({"custom_op", "effectful_op"})
+    methods = _OP_METHODS
+    summary = "logger.<level>(literal, ...) -> an ordered effectful custom op that logs at run time, kept by inductor"
+    helper = "_gbfix_log"
+    helper_code = '''\
+@torch.library.custom_op(f"gbfix::log_{__name__.replace('.', '_')}", mutates_args=())
+def _gbfix_log(owner: str, method: str, message: str) -> None:
+    # Added by gbfix: a custom op that runs at run time inside compiled graphs.
+    # The logger travels by the name of its global; the op is named after
+    # this module so that each module registers its own.
+    getattr(globals()[owner], method)(message)
+
+
+@_gbfix_log.register_fake
+def _gbfix_log_fake(owner, method, message):
+    return None
+
+
+# An ORDERED effect: without it a custom op with no output is dead code to inductor.
+torch._higher_order_ops.effects._register_effectful_op(
+    _gbfix_log._opoverload, torch._higher_order_ops.effects._EffectType.ORDERED
+)
+'''
+
+    def match(self, ctx: SiteContext) -> cst.Call | None:
+        call = super().match(ctx)
+        if call is None:
+            return None
+        values = [literal(ctx, a.value) for a in call.args]
+        if not all(isinstance(v, _LITERALS) for v in values) or not isinstance(values[0], str):
+            return None  # a value known only at run time (a tensor would print as a FakeTensor)
+        message, *args = values
+        if args:
+            assert isinstance(call.func, cst.Attribute)
+            if call.func.attr.value.endswith("_once"):
+                return None  # lru_cached on its arguments: formatting here would change what counts as a repeat
+            try:
+                message = message % tuple(args)  # what LogRecord.getMessage() does
+            except (TypeError, ValueError, OverflowError, MemoryError):
+                return None  # the original reports a logging error
+        self._message = None if not args else cst.SimpleString(str_literal(message))
+        return call
+
+    def reroute(self, call: cst.Call) -> cst.Call:
+        first = call.args[0]
+        message = first if self._message is None else first.with_changes(value=self._message)
+        return call.with_changes(func=cst.Name(self.helper), args=arglist(call, [*self.head(call), message]))
+
+
+class LoggerToLeaf(LoggerRecipe):
+    name = "logger-to-leaf"
+    requires = frozenset({"leaf_function"})
+    summary = "logger.<level>(...) -> a module-level leaf_function helper that logs at run time, inside the graph"
+    helper = "_gbfix_log_leaf"
+    helper_code = '''\
+@torch._dynamo.decorators.leaf_function
+def _gbfix_log_leaf(owner, method, *args):
+    # Added by gbfix: runs eagerly inside the compiled graph, so the record is
+    # emitted at run time. The logger travels by the name of its global.
+    getattr(globals()[owner], method)(*args)
+
+
+@_gbfix_log_leaf.register_fake
+def _gbfix_log_leaf_fake(owner, method, *args):
+    return None
+'''
+
+    def reroute(self, call: cst.Call) -> cst.Call:
+        return call.with_changes(func=cst.Name(self.helper), args=[*self.head(call), *call.args])
+
+
+_NOT_LITERAL = object()
+
+
+def literal(ctx: SiteContext, node: cst.BaseExpression) -> object:
+    """The value of a literal (string, number, None, ...), or a sentinel for anything else."""
+    try:
+        return ast.literal_eval(f"({ctx.code(node)})")  # parenthesised: strings concatenated over lines
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return _NOT_LITERAL
+
+
+def arglist(call: cst.Call, args: list[cst.Arg]) -> list[cst.Arg]:
+    """``args`` as positional arguments laid out like ``call``'s (same separators, same trailing comma)."""
+    last = call.args[-1]
+    sep = call.args[0].comma if len(call.args) > 1 else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    out = []
+    for i, arg in enumerate(args):
+        if i == len(args) - 1:
+            comma = last.comma
+        elif arg is not last and any(arg is a for a in call.args):
+            comma = arg.comma  # its own separator, comments included
+        else:
+            comma = sep
+        out.append(arg.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT, comma=comma))
+    return out
 
 
 def _defines(module: cst.Module, name: str) -> bool | None:
@@ -90,7 +237,9 @@ def _defines(module: cst.Module, name: str) -> bool | None:
     return True if all(any(n is s for s in ours) for n in bound) else None
 
 
-def _with_helper(module: cst.Module, call: cst.Call, new_call: cst.Call, code: str) -> cst.Module:
+def _with_helper(
+    module: cst.Module, call: cst.Call, new_call: cst.Call, code: str, imports: tuple[str, ...]
+) -> cst.Module:
     class _Swap(cst.CSTTransformer):
         def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
             return new_call if original is call else updated
@@ -101,7 +250,28 @@ def _with_helper(module: cst.Module, call: cst.Call, new_call: cst.Call, code: s
     helper[0] = helper[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
     if at < len(body):
         body[at] = _blank_lines_before(body[at], 2)
-    return module.with_changes(body=[*body[:at], *helper, *body[at:]])
+    module = module.with_changes(body=[*body[:at], *helper, *body[at:]])
+    # The imports go in here, not later with the engine's: the module is then
+    # laid out as it will be written, and the line numbers are right.
+    context = CodemodContext()
+    for name in imports:
+        AddImportsVisitor.add_needed_import(context, name)
+    return _renumber(AddImportsVisitor(context).transform_module(module))
+
+
+def _renumber(module: cst.Module) -> cst.Module:
+    """Each call to the numbered helper with its own line as last argument."""
+    wrapper = MetadataWrapper(module)
+    positions = wrapper.resolve(PositionProvider)
+
+    class _Line(cst.CSTTransformer):
+        def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+            if not (isinstance(original.func, cst.Name) and original.func.value == NUMBERED_HELPER and updated.args):
+                return updated
+            line = cst.Integer(str(positions[original].start.line))
+            return updated.with_changes(args=[*updated.args[:-1], updated.args[-1].with_changes(value=line)])
+
+    return wrapper.module.visit(_Line())
 
 
 def _after_imports(module: cst.Module) -> int:
@@ -140,42 +310,4 @@ def _blank_lines_before(stmt: cst.BaseStatement, n: int) -> cst.BaseStatement:
     return stmt.with_changes(leading_lines=[*[cst.EmptyLine()] * (n - blank), *stmt.leading_lines])
 
 
-class LoggerToLeaf(LeafHelperRecipe):
-    name = "logger-to-leaf"
-    codes = ("GB0291",)
-    safety = "safe"
-    summary = "logger.<level>(...) -> a module-level leaf_function helper that logs at run time, inside the graph"
-    rule = "GB0291"
-    helper = "_gbfix_log"
-    helper_code = '''\
-@torch._dynamo.decorators.leaf_function
-def _gbfix_log(owner, method, *args):
-    # Added by gbfix: runs eagerly inside the compiled graph, so the record is
-    # emitted at run time. The logger travels by the name of its global.
-    getattr(globals()[owner], method)(*args)
-
-
-@_gbfix_log.register_fake
-def _gbfix_log_fake(owner, method, *args):
-    return None
-'''
-
-    def match(self, ctx: SiteContext) -> cst.Call | None:
-        call = call_at(ctx)
-        if call is None or not isinstance(call.func, cst.Attribute):
-            return None
-        owner, method = call.func.value, call.func.attr.value
-        if not isinstance(owner, cst.Name) or method not in _METHODS or not is_module_global(ctx, owner):
-            return None
-        if not call.args or any(a.keyword is not None or a.star for a in call.args):
-            return None
-        return call
-
-    def reroute(self, call: cst.Call) -> cst.Call:
-        assert isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name)
-        owner, method = call.func.value.value, call.func.attr.value
-        head = [cst.Arg(cst.SimpleString(str_literal(owner))), cst.Arg(cst.SimpleString(str_literal(method)))]
-        return call.with_changes(func=cst.Name(self.helper), args=[*head, *call.args])
-
-
-RECIPES = (LoggerToLeaf,)
+RECIPES = (LoggerToOp, LoggerToLeaf)

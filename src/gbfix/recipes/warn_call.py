@@ -1,24 +1,45 @@
 """GB0007 at ``warnings.warn(...)`` inside compiled code.
 
-GB0007 ("call to a skipped function") is generic; this recipe only takes
+GB0007 ("call to a skipped function") is generic; these recipes only take
 ``warnings.warn`` calls. ``reorderable_logging_functions`` would not do:
 Dynamo refuses to reorder a call with a category argument (GB0296), drops
 keyword arguments of the calls it reorders, and drops the call altogether when
-it sits in an inlined function. The rewrite instead goes through a leaf
-function, like ``logging_call``::
+it sits in an inlined function. The rewrite instead goes through a
+module-level helper that the compiled graph keeps, like ``logging_call``. Two
+helpers, the first preferred:
 
-    warnings.warn("msg", FutureWarning, stacklevel=2)  ->  _gbfix_warn("msg", "FutureWarning", 2)
+- ``warn-to-op``: an ORDERED effectful custom op, kept in order by inductor
+  (``fullgraph=True`` and training included). It takes a literal message::
 
-The helper calls ``warnings.warn`` at run time with the same message, category
-and stacklevel. The category travels by name (Dynamo cannot pass a class into a
-leaf function), so it must be a builtin or a module-global name; a dotted
-category (``mod.MyWarning``), ``source=``, ``skip_file_prefixes=``, a non-literal
-stacklevel and a message built as a Warning instance are declined.
+      warnings.warn("msg", FutureWarning, stacklevel=2)  ->  _gbfix_warn("msg", "FutureWarning", 57)
 
-What differs: the location the warning is attributed to. With stacklevel 1 it
-is the helper's line in the same module (same filters, same once-per-location
-registry); above 1 both the original under compile and the helper point into
-torch's frames.
+  Inside the op the Python stack is torch's, so the op does not call
+  ``warnings.warn``: it calls ``warnings.warn_explicit`` with this module's
+  file, the line of the call (57, written into the call when it is rewritten),
+  the module's name (what filters match) and its ``__warningregistry__``, as
+  ``warnings.warn(..., stacklevel=1)`` at that line does. So a stacklevel is
+  dropped: the warning points at the call's line, not at a caller (under
+  compile a stacklevel above 1 does not reach the user's caller anyway: it
+  lands in ``torch/nn/modules/module.py`` or ``torch/_dynamo/eval_frame.py``).
+  Message and category stay the same. The default filters decide on some
+  categories by module (``DeprecationWarning`` shows for ``__main__`` only),
+  so a stacklevel above 1 is only taken with a builtin category that no
+  default filter names (``UserWarning``, ``FutureWarning``, ...). The line
+  number is not updated when lines above the call are added or removed later.
+- ``warn-to-leaf``: a ``torch._dynamo.decorators.leaf_function`` that calls
+  ``warnings.warn`` with the same message (any expression), category and
+  stacklevel; it does not lower in inductor on torch 2.13, so the engine only
+  offers it when every compile uses the eager backend::
+
+      warnings.warn(f"m {n}", FutureWarning, stacklevel=2)  ->  _gbfix_warn_leaf(f"m {n}", "FutureWarning", 2)
+
+  The warning is attributed to the helper's line in the same module (same
+  filters, same once-per-location registry).
+
+The category travels by name (neither helper can take a class), so it must be
+a builtin or a module-global name; a dotted category (``mod.MyWarning``),
+``source=``, ``skip_file_prefixes=``, a non-literal stacklevel and a message
+built as a Warning instance are declined.
 """
 
 from __future__ import annotations
@@ -26,7 +47,7 @@ from __future__ import annotations
 import libcst as cst
 
 from gbfix.recipes.base import SiteContext
-from gbfix.recipes.logging_call import LeafHelperRecipe
+from gbfix.recipes.logging_call import NUMBERED_HELPER, HelperRecipe, arglist, literal
 from gbfix.recipes.print_call import (
     builtin_at,
     call_at,
@@ -37,29 +58,22 @@ from gbfix.recipes.print_call import (
 )
 
 _PARAMS = ("message", "category", "stacklevel")
+# Builtin categories that no default filter names (DeprecationWarning is shown
+# for `__main__` only; PendingDeprecationWarning, ImportWarning and
+# ResourceWarning are ignored): the module a warning points at does not matter.
+_SHOWN_EVERYWHERE = frozenset(
+    {"Warning", "UserWarning", "FutureWarning", "RuntimeWarning"}
+    | {"SyntaxWarning", "UnicodeWarning", "BytesWarning", "EncodingWarning"}
+)
 
 
-class WarnToLeaf(LeafHelperRecipe):
-    name = "warn-to-leaf"
+class WarnRecipe(HelperRecipe):
+    """A ``warnings.warn`` call whose category the helper can find by name."""
+
     codes = ("GB0007",)
     safety = "safe"
-    summary = "warnings.warn(...) -> a module-level leaf_function helper that warns at run time, inside the graph"
     rule = "GB0007"
-    helper = "_gbfix_warn"
     helper_imports = ("torch", "warnings", "builtins")
-    helper_code = '''\
-@torch._dynamo.decorators.leaf_function
-def _gbfix_warn(message, category, stacklevel=1):
-    # Added by gbfix: runs eagerly inside the compiled graph, so the warning is
-    # issued at run time. The category travels by name.
-    category = globals()[category] if category in globals() else getattr(builtins, category)
-    warnings.warn(message, category, stacklevel)
-
-
-@_gbfix_warn.register_fake
-def _gbfix_warn_fake(message, category, stacklevel=1):
-    return None
-'''
 
     def match(self, ctx: SiteContext) -> cst.Call | None:
         call = call_at(ctx)
@@ -83,15 +97,88 @@ def _gbfix_warn_fake(message, category, stacklevel=1):
         self._bound = bound
         return call
 
-    def reroute(self, call: cst.Call) -> cst.Call:
+    def message_and_category(self, call: cst.Call) -> list[cst.Arg]:
         bound = self._bound
         category = bound.get("category")
         name = cst.SimpleString(str_literal(category.value.value if category is not None else "UserWarning"))
-        args = [_positional(bound["message"]), cst.Arg(name) if category is None else _positional(category, name)]
-        if "stacklevel" in bound:
-            args.append(_positional(bound["stacklevel"]))
-        args[-1] = args[-1].with_changes(comma=call.args[-1].comma)  # a trailing comma stays at the end
-        return call.with_changes(func=cst.Name(self.helper), args=args)
+        return [bound["message"], cst.Arg(name) if category is None else category.with_changes(value=name)]
+
+
+class WarnToOp(WarnRecipe):
+    name = "warn-to-op"
+    requires = frozenset({"custom_op", "effectful_op"})
+    summary = "warnings.warn(literal, ...) -> an ordered effectful custom op that warns at run time, kept by inductor"
+    helper = NUMBERED_HELPER
+    helper_code = '''\
+@torch.library.custom_op(f"gbfix::warn_{__name__.replace('.', '_')}", mutates_args=())
+def _gbfix_warn(message: str, category: str, lineno: int) -> None:
+    # Added by gbfix: a custom op that runs at run time inside compiled graphs.
+    # The warning is attributed to line `lineno` of this module, with its
+    # filters and once-per-location registry, as warnings.warn there would.
+    # The category travels by name; the op is named after this module.
+    cls = globals()[category] if category in globals() else getattr(builtins, category)
+    registry = globals().setdefault("__warningregistry__", {})
+    warnings.warn_explicit(
+        message, cls, __file__, lineno, module=__name__, registry=registry, module_globals=globals()
+    )
+
+
+@_gbfix_warn.register_fake
+def _gbfix_warn_fake(message, category, lineno):
+    return None
+
+
+# An ORDERED effect: without it a custom op with no output is dead code to inductor.
+torch._higher_order_ops.effects._register_effectful_op(
+    _gbfix_warn._opoverload, torch._higher_order_ops.effects._EffectType.ORDERED
+)
+'''
+
+    def match(self, ctx: SiteContext) -> cst.Call | None:
+        call = super().match(ctx)
+        if call is None or not isinstance(literal(ctx, self._bound["message"].value), str):
+            return None  # a value known only at run time would be formatted at trace time
+        stacklevel, category = self._bound.get("stacklevel"), self._bound.get("category")
+        if stacklevel is not None and int(stacklevel.value.value, 0) > 1 and category is not None:
+            # The location moves to this module: keep it only where the default
+            # filters decide the same whatever module the location names.
+            name = category.value
+            if not (isinstance(name, cst.Name) and name.value in _SHOWN_EVERYWHERE and is_builtin(ctx, name)):
+                return None
+        return call
+
+    def reroute(self, call: cst.Call) -> cst.Call:
+        assert self.ctx is not None
+        # The call keeps its line when replaced alone; adding a helper renumbers it.
+        line = cst.Integer(str(self.ctx.file.span(call)[0][0]))
+        stacklevel = self._bound.get("stacklevel")
+        where = cst.Arg(line) if stacklevel is None else stacklevel.with_changes(value=line)
+        return call.with_changes(func=cst.Name(self.helper), args=arglist(call, [*self.message_and_category(call), where]))
+
+
+class WarnToLeaf(WarnRecipe):
+    name = "warn-to-leaf"
+    requires = frozenset({"leaf_function"})
+    summary = "warnings.warn(...) -> a module-level leaf_function helper that warns at run time, inside the graph"
+    helper = "_gbfix_warn_leaf"
+    helper_code = '''\
+@torch._dynamo.decorators.leaf_function
+def _gbfix_warn_leaf(message, category, stacklevel=1):
+    # Added by gbfix: runs eagerly inside the compiled graph, so the warning is
+    # issued at run time. The category travels by name.
+    category = globals()[category] if category in globals() else getattr(builtins, category)
+    warnings.warn(message, category, stacklevel)
+
+
+@_gbfix_warn_leaf.register_fake
+def _gbfix_warn_leaf_fake(message, category, stacklevel=1):
+    return None
+'''
+
+    def reroute(self, call: cst.Call) -> cst.Call:
+        stacklevel = self._bound.get("stacklevel")
+        args = [*self.message_and_category(call), *([stacklevel] if stacklevel is not None else [])]
+        return call.with_changes(func=cst.Name(self.helper), args=arglist(call, args))
 
 
 def _bind(call: cst.Call) -> dict[str, cst.Arg] | None:
@@ -112,10 +199,6 @@ def _by_name(ctx: SiteContext, category: cst.BaseExpression) -> bool:
     return isinstance(category, cst.Name) and (is_builtin(ctx, category) or is_module_global(ctx, category))
 
 
-def _positional(arg: cst.Arg, value: cst.BaseExpression | None = None) -> cst.Arg:
-    return arg.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT, value=value or arg.value)
-
-
 def _callee(call: cst.Call) -> str:
     func = call.func
     if isinstance(func, cst.Attribute):
@@ -123,4 +206,4 @@ def _callee(call: cst.Call) -> str:
     return func.value if isinstance(func, cst.Name) else ""
 
 
-RECIPES = (WarnToLeaf,)
+RECIPES = (WarnToOp, WarnToLeaf)
