@@ -159,7 +159,7 @@ class _Session:
             except RunFailed as e:
                 return None, f"the edited program fails on its own backend: {e}"
             diff = behaviour_diff(expected, result, tolerate, self.noise or Noise())
-            if diff is None:
+            if diff is None or self.matches_uncompiled(result, tolerate):
                 return result, ""
             if self.own_reference is not None:
                 return None, f"on its own backend, {diff}"
@@ -253,23 +253,31 @@ class _Session:
             if self.noise != Noise():
                 self.notes.append("the program does not behave identically from run to run; the differing output is not compared")
             diff = behaviour_diff(self.baseline, result, tolerate_order, self.noise)
-        if diff is not None and not result.output_mismatch:
-            # The compiled original can print, log or warn differently from the
-            # program run without compile (e.g. a once-per-location warning shown
-            # twice); a rewrite that restores the uncompiled behaviour is no regression.
-            if self.uncompiled is None:
-                self.progress("the trial differs: running the original without compile for reference")
-                try:
-                    self.uncompiled = self.prober.run(baseline=self.baseline.outputs_path, backend="none")
-                except RunFailed as e:
-                    raise EntryError(f"the entry `{self.entry.text}` failed without compile: {e}") from None
-            if behaviour_diff(self.uncompiled, result, tolerate_order, self.noise) is None:
-                self.notes.append(
-                    "an accepted edit makes the compiled program print, log or warn as the uncompiled one does, "
-                    "where the compiled original differed"
-                )
-                return None
+        if diff is not None and self.matches_uncompiled(result, tolerate_order):
+            return None
         return diff
+
+    def matches_uncompiled(self, result: RunResult, tolerate_order: bool) -> bool:
+        """Whether the run prints, logs and warns exactly as the original does without compile.
+
+        The compiled original can differ from it (a once-per-location warning
+        shown twice, because compiling resets warning registries); a rewrite
+        that restores the uncompiled behaviour is no regression.
+        """
+        if result.output_mismatch:
+            return False
+        if self.uncompiled is None:
+            self.progress("the run differs: running the original without compile for reference")
+            try:
+                self.uncompiled = self.prober.run(baseline=self.baseline.outputs_path, backend="none")
+            except RunFailed as e:
+                raise EntryError(f"the entry `{self.entry.text}` failed without compile: {e}") from None
+        if behaviour_diff(self.uncompiled, result, tolerate_order, self.noise or Noise()) is not None:
+            return False
+        note = "an accepted edit makes the compiled program print, log or warn as the uncompiled one does, where the compiled original differed"
+        if note not in self.notes:
+            self.notes.append(note)
+        return True
 
     def _halves(self, group: list[Edit], accepted: list[Edit], rnd: _Round) -> RunResult | None:
         mid = len(group) // 2
