@@ -44,3 +44,9 @@ def test_rule_example(example, tmp_path: Path):
     else:
         assert fixed == example.after
         assert any(f.status == "fixed" for f in result.findings if f.code == example.code)
+
+
+def test_readme_lists_every_recipe():
+    readme = (RULES.parent / "README.md").read_text(encoding="utf-8")
+    for recipe in recipes.all_recipes():
+        assert f"`{recipe.name}` | {recipe.safety} |" in readme, f"README's recipe table lacks {recipe.name}"
