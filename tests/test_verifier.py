@@ -7,7 +7,6 @@ propose rewrites that remove the break but change what the program does.
 from __future__ import annotations
 
 import textwrap
-from pathlib import Path
 
 import libcst as cst
 import pytest

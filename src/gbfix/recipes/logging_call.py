@@ -87,7 +87,7 @@ class HelperRecipe(Recipe):
         call = self.match(ctx)
         if call is None or not isinstance(ctx.file.parent(call), cst.Expr):
             return None  # the helper returns None: only a call whose result is unused
-        present = _defines(ctx.module, self.helper)
+        present = _defines(ctx, self.helper)
         if present is None:
             return None
         self._call = call
@@ -228,12 +228,12 @@ def arglist(call: cst.Call, args: list[cst.Arg]) -> list[cst.Arg]:
     return out
 
 
-def _defines(module: cst.Module, name: str) -> bool | None:
+def _defines(ctx: SiteContext, name: str) -> bool | None:
     """True if the module defines the helper, False if the name is free, None if taken."""
-    bound = global_bindings(module, name)
+    bound = global_bindings(ctx, name)
     if not bound:
         return False
-    ours = [s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value == name]
+    ours = [s for s in ctx.module.body if isinstance(s, cst.FunctionDef) and s.name.value == name]
     return True if all(any(n is s for s in ours) for n in bound) else None
 
 

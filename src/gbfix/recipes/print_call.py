@@ -25,20 +25,13 @@ from __future__ import annotations
 
 import ast
 import functools
-from collections.abc import Mapping
 
 import libcst as cst
-from libcst.metadata import BuiltinAssignment, MetadataWrapper, Scope, ScopeProvider
+from libcst.metadata import BuiltinAssignment
 
 from gbfix.recipes.base import Recipe, SiteContext
 
 # --- shared by the recipes that rewrite a call (also used by logging_call, warn_call)
-
-
-@functools.lru_cache(maxsize=8)
-def _scopes(module: cst.Module) -> Mapping[cst.CSTNode, Scope | None]:
-    # unsafe_skip_copy keeps node identity: the scopes are keyed on the nodes recipes hold.
-    return MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
 
 
 def qualified_names(ctx: SiteContext, node: cst.CSTNode) -> set[str]:
@@ -46,21 +39,21 @@ def qualified_names(ctx: SiteContext, node: cst.CSTNode) -> set[str]:
 
     Empty when unknown; a module with ``from x import *`` could rebind anything.
     """
-    scope = _scopes(ctx.module).get(node)
+    scope = ctx.file.scopes.get(node)
     if scope is None or _has_star_import(ctx.module):
         return set()
     return {q.name for q in scope.get_qualified_names_for(node)}
 
 
-def global_bindings(module: cst.Module, name: str) -> list[cst.CSTNode]:
+def global_bindings(ctx: SiteContext, name: str) -> list[cst.CSTNode]:
     """The nodes that bind ``name`` in the module's global scope."""
-    scope = _scopes(module).get(module)
+    scope = ctx.file.scopes.get(ctx.module)
     return [] if scope is None else [a.node for a in scope[name]]
 
 
 def is_module_global(ctx: SiteContext, name: cst.Name) -> bool:
     """``name`` is bound only at module level, so ``globals()[name]`` finds the same object."""
-    scope = _scopes(ctx.module).get(name)
+    scope = ctx.file.scopes.get(name)
     if scope is None or _has_star_import(ctx.module):
         return False
     bound = scope[name.value]
@@ -73,7 +66,7 @@ def is_builtin(ctx: SiteContext, name: cst.Name) -> bool:
 
 def builtin_at(ctx: SiteContext, node: cst.CSTNode, name: str) -> bool:
     """A new reference to ``name`` written at ``node`` would find the builtin."""
-    scope = _scopes(ctx.module).get(node)
+    scope = ctx.file.scopes.get(node)
     if scope is None or _has_star_import(ctx.module):
         return False
     return all(isinstance(a, BuiltinAssignment) for a in scope[name])
