@@ -590,3 +590,23 @@ def test_cond_keeps_comments_of_both_returns():
             )  # per feature
         """
     )
+
+
+def test_where_takes_a_masked_fill_arm_whatever_its_mask():
+    # masked_fill returns its receiver's shape and dtype: the mask only has to broadcast.
+    src = """
+    def f(scores, all_pad):
+        scores = scores.softmax(-1)
+        if all_pad.any():
+            scores = scores.masked_fill(all_pad[:, None, None, None], 0.0)
+        return scores
+    """
+    out = fix(src, BranchToWhere, "all_pad.any()")
+    assert (
+        "    scores = torch.where(\n"
+        "        all_pad.any(),\n"
+        "        scores.masked_fill(all_pad[:, None, None, None], 0.0),\n"
+        "        scores,\n"
+        "    )\n"
+    ) in out
+    assert fix(src.replace("masked_fill(", "masked_fill_("), BranchToWhere, "all_pad.any()") is None  # in place

@@ -531,6 +531,11 @@ def _like(expr: cst.BaseExpression) -> set[str]:
                 return _like(first)
         elif recv is not None and name in _ELEMENTWISE and _args_ok(expr.args, _ELEMENTWISE[name]):
             return _like(recv)
+        elif recv is not None and name == "masked_fill" and len(expr.args) == 2 and _args_ok(expr.args[1:], ()):
+            # The mask must broadcast to the receiver, so the result has the
+            # receiver's shape and dtype whatever the mask expression is.
+            if expr.args[0].keyword is None and not expr.args[0].star:
+                return _like(recv)
     return set()
 
 
