@@ -567,3 +567,15 @@ def test_warn_declines_a_shadowed_warnings_module(recipe):
 def test_warn_op_needs_effectful_op():
     source = WARN_MODULE.replace("{stmt}", 'warnings.warn("m")')
     assert _rewrite(source, WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES - {"effectful_op"}) is None
+
+
+def test_keep_tensor_passes_the_tensor_for_an_item_field():
+    from gbfix.recipes.print_call import PrintToHopKeepTensor
+
+    src = 'import torch\n\ndef f(loss):\n    print(f"loss {loss.item():.4f} step {loss.item()}")\n'
+    out = rewrite_at(src, PrintToHopKeepTensor, 4, 4, 55, "GB0059")
+    assert 'torch._higher_order_ops.print("loss {:.4f} step {}", loss, loss)' in out
+    # A conversion formats the tensor's str(), not its item's: not kept.
+    assert rewrite_at(src.replace("loss.item()}", "loss.item()!r}"), PrintToHopKeepTensor, 4, 4, 57, "GB0059") is not None
+    plain = 'import torch\n\ndef f(x):\n    print(f"x {x.item()!s}")\n'
+    assert rewrite_at(plain, PrintToHopKeepTensor, 4, 4, 27, "GB0059") is None  # nothing to keep: print-to-hop's job

@@ -287,4 +287,36 @@ class PrintToHop(Recipe):
         return "".join(out)
 
 
-RECIPES = (PrintToHop,)
+def _item_receiver(node: cst.BaseExpression) -> cst.BaseExpression | None:
+    """``t`` for ``t.item()``, else None."""
+    if isinstance(node, cst.Call) and not node.args and isinstance(node.func, cst.Attribute) and node.func.attr.value == "item":
+        return node.func.value
+    return None
+
+
+class PrintToHopKeepTensor(PrintToHop):
+    """As print-to-hop, and ``f"{t.item():.4f}"`` passes ``t`` itself.
+
+    ``format(t, spec)`` of a 0-dim tensor formats ``t.item()``, so the text is
+    the same and the ``.item()`` break goes too. A tensor of shape [1] formats
+    differently: the verifier then rejects this and print-to-hop is tried.
+    """
+
+    name = "print-to-hop-keep-tensor"
+    summary = "print(f\"{t.item():.4f}\") -> torch._higher_order_ops.print(\"{:.4f}\", t): no .item() break either"
+
+    def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
+        self._kept = 0
+        node = super().anchor(ctx)
+        return node if self._kept else None
+
+    def _field(self, node: cst.BaseExpression, conversion: str | None, spec: str | None, values: list) -> str:
+        receiver = _item_receiver(node) if conversion is None else None
+        if receiver is not None and not _opaque(receiver):
+            self._kept += 1
+            values.append(receiver)
+            return "{" + (f":{spec}" if spec else "") + "}"
+        return super()._field(node, conversion, spec, values)
+
+
+RECIPES = (PrintToHopKeepTensor, PrintToHop)
