@@ -75,11 +75,6 @@ class Break:
     def leaf(self) -> Frame | None:
         return self.stack[-1] if self.stack else None
 
-    def key(self) -> tuple:
-        leaf = self.leaf
-        where = (leaf.file, leaf.line, leaf.col) if leaf else ("", 0, None)
-        return (self.code or self.top.gb_type, *where)
-
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Break:
         return cls(
@@ -139,9 +134,6 @@ class Site:
     @property
     def code(self) -> str:
         return self.brk.root.code or self.brk.root.gb_type
-
-    def where(self) -> tuple[Path, int, int | None]:
-        return (self.path, self.line, self.col)
 
 
 @dataclass(frozen=True)

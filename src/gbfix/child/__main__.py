@@ -71,7 +71,7 @@ def main(spec_path: str) -> int:
     from gbfix.child.overlay import OverlayFinder
 
     breaks = hooks.BreakRecorder()
-    route = hooks.install(breaks)
+    hooks.install(breaks)
     capture = OutputCapture()
     capture.install()
     compiles = CompileRecorder(spec["backend"], spec.get("fullgraph"))  # "none": TORCHDYNAMO_DISABLE is set
@@ -108,7 +108,6 @@ def main(spec_path: str) -> int:
         "compile_sites": compiles.sites,
         "torch_version": torch.__version__,
         "capabilities": _capabilities(),
-        "hook_route": route,
         "seconds": time.perf_counter() - started,
     }
     tmp = spec["result"] + ".tmp"

@@ -132,8 +132,8 @@ class BreakRecorder:
             )
 
 
-def install(recorder: BreakRecorder) -> str:
-    """Hook Dynamo's sinks; returns which route is in use (for diagnostics)."""
+def install(recorder: BreakRecorder) -> None:
+    """Hook Dynamo's sinks (or, on a torch that moved them, parse the graph_breaks log)."""
     try:
         from torch._dynamo import convert_frame
         from torch._dynamo.symbolic_convert import InstructionTranslatorBase
@@ -141,7 +141,7 @@ def install(recorder: BreakRecorder) -> str:
         original = InstructionTranslatorBase.log_graph_break
     except (ImportError, AttributeError):
         _install_log_fallback(recorder)
-        return "graph_breaks log"
+        return
 
     def log_graph_break(self, code_options, reason, exc):
         if getattr(exc, "gb_type", None):
@@ -151,7 +151,6 @@ def install(recorder: BreakRecorder) -> str:
 
     InstructionTranslatorBase.log_graph_break = log_graph_break
     convert_frame.log = _WontConvertLog(convert_frame.log, recorder)
-    return "dynamo sinks"
 
 
 class _WontConvertLog:
