@@ -12,6 +12,9 @@ from gbfix.errors import GbfixError
 from gbfix.sources import read, write_atomic
 from tests.conftest import FIXTURES, run_gbfix
 
+# The module-scoped probe runs once: keep this file on one xdist worker.
+pytestmark = pytest.mark.xdist_group("test_cli_apply")
+
 
 def snapshot(root):
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*.py"))}

@@ -13,6 +13,9 @@ import pytest
 
 from tests.conftest import run_gbfix
 
+# The module-scoped probe runs once: keep this file on one xdist worker.
+pytestmark = pytest.mark.xdist_group("test_example")
+
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "tinylm"
 
 

@@ -15,6 +15,9 @@ from gbfix import engine, recipes
 from gbfix.entry import parse
 from gbfix.recipes.base import Recipe
 
+# The module-scoped probe runs once: keep this file on one xdist worker.
+pytestmark = pytest.mark.xdist_group("test_verifier")
+
 PROGRAM = textwrap.dedent(
     """
     import torch

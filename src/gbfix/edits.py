@@ -42,6 +42,16 @@ def apply(parsed: ParsedFile, edits: Iterable[Edit]) -> bytes:
     return module.bytes
 
 
+def code_of(edit: Edit) -> str:
+    """The replacement's source text (empty for a removal)."""
+    new = edit.replacement
+    nodes = new.nodes if isinstance(new, cst.FlattenSentinel) else [new] if isinstance(new, cst.CSTNode) else []
+    return "".join(_EMPTY.code_for_node(n) for n in nodes)
+
+
+_EMPTY = cst.Module(body=[])
+
+
 def diff(path: Path, before: bytes, after: bytes, encoding: str, display: str | None = None) -> str:
     name = display or str(path)
     lines = difflib.unified_diff(
@@ -56,14 +66,21 @@ def diff(path: Path, before: bytes, after: bytes, encoding: str, display: str | 
     return "".join(out)
 
 
-def non_overlapping(edits: Iterable[Edit], taken: Iterable[Edit] = ()) -> tuple[list[Edit], list[Edit]]:
-    """Split edits into those that can go together (first come first served) and the deferred."""
+def non_overlapping(
+    edits: Iterable[Edit], taken: Iterable[Edit] = (), *, against_taken_only: bool = False
+) -> tuple[list[Edit], list[Edit]]:
+    """Split edits into those that can go together (first come first served) and the rest.
+
+    With ``against_taken_only`` an edit is set aside only when it overlaps one
+    of ``taken``, not another of ``edits``.
+    """
+    taken = list(taken)
     chosen: list[Edit] = list(taken)
-    keep, deferred = [], []
+    keep, rest = [], []
     for e in edits:
-        if any(e.overlaps(other) for other in chosen):
-            deferred.append(e)
+        if any(e.overlaps(other) for other in (taken if against_taken_only else chosen)):
+            rest.append(e)
         else:
             chosen.append(e)
             keep.append(e)
-    return keep, deferred
+    return keep, rest

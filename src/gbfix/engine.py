@@ -307,21 +307,35 @@ class _Session:
         accepted: list[Edit] = []
         last: RunResult | None = None
         while queue:
-            group, deferred = edit_ops.non_overlapping([eds[0] for eds in queue.values()], accepted)
-            for e in deferred:  # the site is proposed again next round, against the edited file
+            # Sites proposing the same edit (a config route for two .item() calls
+            # in one file) share one trial and its fate.
+            lead: dict[tuple, Edit] = {}
+            for eds in queue.values():
+                lead.setdefault(_edit_identity(eds[0]), eds[0])
+            heads, blocked = edit_ops.non_overlapping(lead.values(), accepted, against_taken_only=True)
+            for e in blocked:  # the site is proposed again next round, against the edited file
                 self.outcomes.append(Outcome(e, "deferred:overlap", "overlaps another edit; retried next round"))
-                queue.pop(site_key(e.site))
+            blocked_ids = {_edit_identity(e) for e in blocked}
+            for key in [k for k, eds in queue.items() if _edit_identity(eds[0]) in blocked_ids]:
+                queue.pop(key)
+            if not heads:
+                continue
+            # Heads that overlap each other wait for the next pass of this round.
+            group, _ = edit_ops.non_overlapping(heads)
             last = self.settle(group, accepted, rnd) or last
-            done = {site_key(e.site) for e in accepted}
-            for e in group:
-                key = site_key(e.site)
-                rest = [] if key in done else queue[key][1:]
+            tried = {_edit_identity(e): e for e in group}
+            done = {_edit_identity(e) for e in accepted}
+            for key, eds in list(queue.items()):
+                ident = _edit_identity(eds[0])
+                if ident not in tried:
+                    continue
+                rest = [] if ident in done else eds[1:]
                 if rest:
                     queue[key] = rest
                 else:
                     queue.pop(key)
-                    if key not in done:
-                        self.hopeless.add(self.original_key(e.site))
+                    if ident not in done:
+                        self.hopeless.add(self.original_key(eds[0].site))
         if accepted and self.check_own_backend:
             kept: list[Edit] = []
             own = self.own_settle(accepted, kept, rnd.locator)
@@ -456,6 +470,11 @@ class _Round:
     def byte_col(self, site: Site) -> int | None:
         owned = owned_frame(site.brk, self.targets)
         return owned[1].col if owned else None
+
+
+def _edit_identity(edit: Edit) -> tuple:
+    """Edits with the same identity make the same change to the file."""
+    return (edit.path, edit.start, edit.end, edit.recipe, edit_ops.code_of(edit))
 
 
 def _tolerates_order(edits: list[Edit]) -> bool:

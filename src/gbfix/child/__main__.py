@@ -46,6 +46,9 @@ def _capabilities() -> list[str]:
             torch._higher_order_ops.effects._EffectType.ORDERED,
         ),
     }
+    # Config routes, gated on the option existing in this release.
+    for option in ("capture_scalar_outputs", "capture_dynamic_output_shape_ops", "allow_rnn"):
+        probes[f"config.{option}"] = lambda option=option: getattr(torch._dynamo.config, option)
     out = []
     for name, probe in probes.items():
         try:

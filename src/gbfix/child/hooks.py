@@ -37,7 +37,29 @@ def _parse_message(text: str) -> tuple[str, list[str]]:
     return explanation, hints
 
 
-def _causes(exc: BaseException) -> list[dict[str, Any]]:
+_ENCOUNTERED = "Graph break encountered:"
+_WHILE_HANDLING = "*** While handling this graph break, another graph break occurred: ***"
+
+
+def _handled_cause(reason: str) -> dict[str, Any] | None:
+    """The first break of a "failed to handle graph break gracefully" reason.
+
+    A break inside a loop is raised as GB7000 (graph break in loop); the break
+    that started it (e.g. GB0170) exists only in the reason text, not as a
+    chained exception.
+    """
+    head, sep, rest = reason.partition(_ENCOUNTERED)
+    if not sep:
+        return None
+    inner = rest.split(_WHILE_HANDLING, 1)[0]
+    gb_type = next((line.strip() for line in inner.splitlines() if line.strip()), "")
+    if not gb_type:
+        return None
+    explanation, hints = _parse_message(inner)
+    return {"code": gbcodes.code_for(gb_type, inner), "gb_type": gb_type, "explanation": explanation, "hints": hints}
+
+
+def _causes(exc: BaseException, reason: str = "") -> list[dict[str, Any]]:
     """The chain of graph breaks behind ``exc``, outermost first."""
     out, seen = [], set()
     cur: BaseException | None = exc
@@ -56,6 +78,9 @@ def _causes(exc: BaseException) -> list[dict[str, Any]]:
                 }
             )
         cur = cur.__cause__ or cur.__context__
+    handled = _handled_cause(reason)
+    if out and handled and handled["gb_type"] != out[-1]["gb_type"]:
+        out.append(handled)
     return out
 
 
@@ -119,8 +144,8 @@ class BreakRecorder:
             self._seen.add(key)
             self.breaks.append(record)
 
-    def from_exception(self, exc: BaseException, stack, frame_skipped: bool) -> None:
-        causes = _causes(exc)
+    def from_exception(self, exc: BaseException, stack, frame_skipped: bool, reason: str = "") -> None:
+        causes = _causes(exc, reason)
         if causes:
             self.add(
                 {
@@ -146,7 +171,7 @@ def install(recorder: BreakRecorder) -> None:
     def log_graph_break(self, code_options, reason, exc):
         if getattr(exc, "gb_type", None):
             real = list(getattr(exc, "real_stack", None) or [])
-            recorder.from_exception(exc, _stack_above_dynamo() + real, frame_skipped=False)
+            recorder.from_exception(exc, _stack_above_dynamo() + real, frame_skipped=False, reason=str(reason))
         return original(self, code_options, reason, exc)
 
     InstructionTranslatorBase.log_graph_break = log_graph_break

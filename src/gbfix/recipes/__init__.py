@@ -11,7 +11,21 @@ import importlib
 
 from gbfix.recipes.base import Recipe, Rewrite, SiteContext
 
-_MODULES = ("print_call", "logging_call", "warn_call", "scalar", "branch", "explicit_break", "shapes", "copying", "timing")
+_MODULES = (
+    "print_call",
+    "logging_call",
+    "warn_call",
+    "scalar",
+    "branch",
+    "loop_branch",
+    "explicit_break",
+    "shapes",
+    "dispatch",
+    "copying",
+    "timing",
+    "generator",
+    "config_route",  # global config: the fallback after every source rewrite
+)
 
 
 def all_recipes() -> tuple[type[Recipe], ...]:

@@ -45,6 +45,7 @@ from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from gbfix.recipes.base import Recipe, SiteContext
+from gbfix.recipes.layout import after_imports, blank_lines_before
 from gbfix.recipes.print_call import call_at, global_bindings, is_module_global, str_literal
 
 # Logger methods that emit a record and return None. `warning_once` / `info_once`
@@ -245,11 +246,11 @@ def _with_helper(
             return new_call if original is call else updated
 
     body = list(module.visit(_Swap()).body)
-    at = _after_imports(module)
+    at = after_imports(module)
     helper = list(cst.parse_module(code).body)
     helper[0] = helper[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
     if at < len(body):
-        body[at] = _blank_lines_before(body[at], 2)
+        body[at] = blank_lines_before(body[at], 2)
     module = module.with_changes(body=[*body[:at], *helper, *body[at:]])
     # The imports go in here, not later with the engine's: the module is then
     # laid out as it will be written, and the line numbers are right.
@@ -272,42 +273,6 @@ def _renumber(module: cst.Module) -> cst.Module:
             return updated.with_changes(args=[*updated.args[:-1], updated.args[-1].with_changes(value=line)])
 
     return wrapper.module.visit(_Line())
-
-
-def _after_imports(module: cst.Module) -> int:
-    """Index after the last top-level import (after a docstring if there is none).
-
-    The helper's decorator needs ``torch`` when the module runs, and imports that
-    AddImportsVisitor adds go with the leading imports, above this point.
-    """
-    at = 0
-    for i, stmt in enumerate(module.body):
-        if isinstance(stmt, cst.SimpleStatementLine) and any(
-            isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body
-        ):
-            at = i + 1
-    if at == 0 and module.body and _is_docstring(module.body[0]):
-        at = 1
-    return at
-
-
-def _is_docstring(stmt: cst.BaseStatement) -> bool:
-    return (
-        isinstance(stmt, cst.SimpleStatementLine)
-        and isinstance(stmt.body[0], cst.Expr)
-        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
-    )
-
-
-def _blank_lines_before(stmt: cst.BaseStatement, n: int) -> cst.BaseStatement:
-    blank = 0
-    for line in stmt.leading_lines:
-        if line.comment is not None:
-            break
-        blank += 1
-    if blank >= n:
-        return stmt
-    return stmt.with_changes(leading_lines=[*[cst.EmptyLine()] * (n - blank), *stmt.leading_lines])
 
 
 RECIPES = (LoggerToOp, LoggerToLeaf)
