@@ -142,9 +142,9 @@ class _Session:
 
     def own_trial(self, edits: list[Edit], locator: Locator) -> tuple[RunResult | None, str]:
         overlay, _ = self._overlay(edits, locator)
-        return self.own_run(overlay, _tolerates_order(edits), f"{len(edits)} edit(s)")
+        return self.own_run(overlay, _tolerated(edits), f"{len(edits)} edit(s)")
 
-    def own_run(self, overlay: dict[Path, bytes], tolerate: bool, what: str) -> tuple[RunResult | None, str]:
+    def own_run(self, overlay: dict[Path, bytes], tolerate: frozenset[str], what: str) -> tuple[RunResult | None, str]:
         """A run on the program's own backend (e.g. inductor, which rejects code eager accepts).
 
         It is compared to the eager baseline first; if that differs (inductor's
@@ -228,7 +228,7 @@ class _Session:
         good = [e for e in group if e.id not in bad]
         if not good:
             return None
-        diff = self.behaviour_diff(result, _tolerates_order(accepted + good))
+        diff = self.behaviour_diff(result, _tolerated(accepted + good))
         if diff is None and not bad:
             accepted.extend(good)
             self.outcomes.extend(Outcome(e, "applied") for e in good)
@@ -240,9 +240,9 @@ class _Session:
             return self.settle(good, accepted, rnd)
         return self._halves(good, accepted, rnd)
 
-    def behaviour_diff(self, result: RunResult, tolerate_order: bool) -> str | None:
+    def behaviour_diff(self, result: RunResult, tolerate: frozenset[str]) -> str | None:
         """Behaviour change against the baseline, ignoring what varies between runs of the original."""
-        diff = behaviour_diff(self.baseline, result, tolerate_order, self.noise or Noise())
+        diff = behaviour_diff(self.baseline, result, tolerate, self.noise or Noise())
         if diff is not None and self.noise is None:
             self.progress("the trial differs: running the original again to tell changes from run-to-run noise")
             try:
@@ -252,19 +252,19 @@ class _Session:
             self.noise = Noise.between(self.baseline, again)
             if self.noise != Noise():
                 self.notes.append("the program does not behave identically from run to run; the differing output is not compared")
-            diff = behaviour_diff(self.baseline, result, tolerate_order, self.noise)
-        if diff is not None and self.matches_uncompiled(result, tolerate_order):
+            diff = behaviour_diff(self.baseline, result, tolerate, self.noise)
+        if diff is not None and self.matches_uncompiled(result, tolerate):
             return None
         return diff
 
-    def matches_uncompiled(self, result: RunResult, tolerate_order: bool) -> bool:
+    def matches_uncompiled(self, result: RunResult, tolerate: frozenset[str]) -> bool:
         """Whether the run prints, logs and warns exactly as the original does without compile.
 
         The compiled original can differ from it (a once-per-location warning
         shown twice, because compiling resets warning registries); a rewrite
         that restores the uncompiled behaviour is no regression.
         """
-        if result.output_mismatch:
+        if result.output_mismatch and "compile-boundary" not in tolerate:
             return False
         if self.uncompiled is None:
             self.progress("the run differs: running the original without compile for reference")
@@ -272,7 +272,7 @@ class _Session:
                 self.uncompiled = self.prober.run(baseline=self.baseline.outputs_path, backend="none")
             except RunFailed as e:
                 raise EntryError(f"the entry `{self.entry.text}` failed without compile: {e}") from None
-        if behaviour_diff(self.uncompiled, result, tolerate_order, self.noise or Noise()) is not None:
+        if behaviour_diff(self.uncompiled, result, tolerate, self.noise or Noise()) is not None:
             return False
         note = "an accepted edit makes the compiled program print, log or warn as the uncompiled one does, where the compiled original differed"
         if note not in self.notes:
@@ -414,7 +414,7 @@ class _Session:
             return False
         overlay = {p: s.data for p, s in self.current.items() if s.data != self.originals[p].data}
         overlay.update({p: data for p, (data, _) in edited.items()})
-        tolerate = _tolerates_order([o.edit for o in self.outcomes if o.status == "applied"])
+        tolerate = _tolerated([o.edit for o in self.outcomes if o.status == "applied"])
         result, why = self.own_run(overlay, tolerate, "fullgraph=True")
         if result is None or result.breaks:
             self.notes.append(f"fullgraph=True not added: the fullgraph run failed: {why or 'breaks remain'}")
@@ -477,9 +477,10 @@ def _edit_identity(edit: Edit) -> tuple:
     return (edit.path, edit.start, edit.end, edit.recipe, edit_ops.code_of(edit))
 
 
-def _tolerates_order(edits: list[Edit]) -> bool:
+def _tolerated(edits: list[Edit]) -> frozenset[str]:
+    """What the verifier lets these edits change (see ``verify.behaviour_diff``)."""
     by_name = {r.name: r for r in recipes.all_recipes()}
-    return any("order" in by_name[e.recipe].tolerates for e in edits)
+    return frozenset().union(*(by_name[e.recipe].tolerates for e in edits))
 
 
 def fix(paths: list[Path], entry: Entry, opts: Options = Options(), progress: Callable[[str], None] = lambda _: None) -> Result:

@@ -52,7 +52,7 @@ def _sections() -> dict[str, list[str]]:
 
 def test_rule_file_shape():
     sections = _sections()
-    assert sum(t.startswith("Example:") for t in sections) == 2
+    assert sum(t.startswith("Example:") for t in sections) >= len(RECIPES) - 1  # branch-to-check shares one
     assert all(len(blocks) == 2 for t, blocks in sections.items() if t.startswith("Example:"))
     assert all(len(blocks) == 1 for t, blocks in sections.items() if t.startswith("Not fixed:"))
     for recipe in RECIPES:
@@ -610,3 +610,48 @@ def test_where_takes_a_masked_fill_arm_whatever_its_mask():
         "    )\n"
     ) in out
     assert fix(src.replace("masked_fill(", "masked_fill_("), BranchToWhere, "all_pad.any()") is None  # in place
+
+
+# ---------------------------------------------------------------- torch.tensor arms (Phi-3 LongRoPE)
+
+LONGROPE = """
+def factors(self, x, position_ids):
+    seq_len = torch.max(position_ids) + 1
+    if seq_len > self.original_max:
+        ext = torch.tensor(self.long_factor, dtype=torch.float32, device=x.device)
+    else:
+        ext = torch.tensor(self.short_factor, dtype=torch.float32, device=x.device)
+    return ext
+"""
+
+
+def test_where_takes_tensor_constructors_of_one_dtype():
+    out = fix(LONGROPE, BranchToWhere, "seq_len > self.original_max")
+    assert out is not None
+    assert textwrap.dedent("""\
+        ext = torch.where(
+            seq_len > self.original_max,
+            torch.tensor(self.long_factor, dtype=torch.float32, device=x.device),
+            torch.tensor(self.short_factor, dtype=torch.float32, device=x.device),
+        )
+        return ext
+    """) in textwrap.dedent(out.split("position_ids) + 1\n", 1)[1])
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        ("self.short_factor, dtype=torch.float32, device=x.device", "self.short_factor, device=x.device"),
+        ("self.short_factor, dtype=torch.float32", "self.short_factor, dtype=torch.float64"),  # dtypes differ
+        ("torch.tensor(self.short_factor", "torch.as_tensor(self.short_factor"),  # another constructor
+    ],
+)
+def test_where_declines_tensor_constructors_that_may_differ(change):
+    source = LONGROPE.replace(*change)
+    assert source != LONGROPE
+    assert fix(source, BranchToWhere, "seq_len > self.original_max") is None
+
+
+def test_where_declines_tensor_constructors_without_dtype():
+    source = LONGROPE.replace("dtype=torch.float32, ", "")
+    assert fix(source, BranchToWhere, "seq_len > self.original_max") is None

@@ -50,7 +50,10 @@ SITES = {
 def test_rule_examples(code):
     recipe, needles = SITES[code]
     for ex in rules.parse(RULES / f"{code}.md"):
-        result = at(ex.before, next(n for n in needles if n in ex.before), recipe, code)
+        needle = next((n for n in needles if n in ex.before), None)
+        if needle is None:
+            continue  # another module's recipe (tested with it)
+        result = at(ex.before, needle, recipe, code)
         if ex.after is not None:
             assert result == ex.after, ex.title
         elif code == "GB0036":

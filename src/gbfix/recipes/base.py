@@ -63,8 +63,10 @@ class Recipe(cst.CSTTransformer):
     codes: ClassVar[tuple[str, ...]]  # GB codes answered, matched against the root cause
     safety: ClassVar[Safety] = "safe"
     requires: ClassVar[frozenset[str]] = frozenset()  # capabilities, see gbfix.child
-    # Behaviour the verifier tolerates for this recipe (unsafe ones only), e.g.
-    # "order": stdout lines / log records may come out in another order.
+    # What the verifier tolerates for this recipe: "order" (unsafe recipes only):
+    # stdout lines / log records may come out in another order; "compile-boundary":
+    # the edit moves torch.compile, so compiled outputs are not compared call for
+    # call (stdout, logs and warnings still are).
     tolerates: ClassVar[frozenset[str]] = frozenset()
     summary: ClassVar[str]  # one line for reports: what the rewrite does
     rule: ClassVar[str]  # rules/<rule>.md holds the examples; usually the GB code

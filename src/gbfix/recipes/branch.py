@@ -553,13 +553,29 @@ def _tensor_evidence(name: str, scope: cst.CSTNode) -> bool:
     return False
 
 
+def _same_constructor(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
+    """`torch.tensor(p, dtype=D, ...)` on both arms with the same keywords and an
+    explicit dtype: two tensors of one dtype. (Phi-3's long/short RoPE factors.)
+    Their shapes come from the data; arms of different lengths would broadcast
+    or fail, which changes the program's outputs and the verifier sees that."""
+    calls = [e for e in (a, b) if isinstance(e, cst.Call) and _is_torch_call(e) and _called(e)[1] == "tensor"]
+    if len(calls) != 2:
+        return False
+    (pa, *ka), (pb, *kb) = calls[0].args, calls[1].args
+    if pa.keyword is not None or pb.keyword is not None or pa.star or pb.star:
+        return False
+    keywords = [k.keyword.value for k in ka if k.keyword is not None]
+    same = len(ka) == len(kb) and all(x.deep_equals(y) for x, y in zip(ka, kb))
+    return same and len(keywords) == len(ka) and "dtype" in keywords
+
+
 def _where_ok(ctx: SiteContext, at: cst.CSTNode, test: _Test, a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
     """Both arms of `torch.where(cond, a, b)` are evaluated, broadcast and promoted:
     they must be pure, bound, and of one tensor's shape and dtype."""
     if not (_pure(a) and _pure(b)):
         return False
     scope = _scope(ctx, at)
-    if not any(_tensor_evidence(root, scope) for root in _like(a) & _like(b)):
+    if not (_same_constructor(a, b) or any(_tensor_evidence(root, scope) for root in _like(a) & _like(b))):
         return False
     if not all(_bound_before(ctx, n, at) for n in _free_names(a) | _free_names(b)):
         return False

@@ -4,8 +4,17 @@ Timing code in a forward is a profiling aid: ``t0 = time.perf_counter()`` before
 a step, ``self.stats["attn"] += time.perf_counter() - t0`` or a log line after
 it. Dynamo cannot trace the clock (a skipped function, GB0007), so every read
 cuts the graph. Nothing inside a graph can measure it either -- a compiled
-graph runs as one unit -- so no rewrite keeps the behaviour: ``skip-timing``
-(unsafe) keeps the timing for eager runs and drops it under compile::
+graph runs as one unit -- so no rewrite keeps the behaviour. Both recipes
+(unsafe) keep the timing for eager runs and give it up under compile.
+``timing-under-compile`` (preferred) reads the clock in eager only, so the
+timing code itself still runs (the stats still count calls)::
+
+    t0 = time.perf_counter()          ->   t0 = (0.0 if torch.compiler.is_compiling() else time.perf_counter())
+
+Under compile every read is 0.0 (0 for the ``_ns`` clocks), so the measured
+times are 0. It declines where one divides by a time (a rate, ``n / dt``),
+which would raise ZeroDivisionError. ``skip-timing`` drops the timing code
+under compile instead::
 
     t0 = time.perf_counter()                     if not torch.compiler.is_compiling():
     y = self.attn(x)                        ->       t0 = time.perf_counter()
@@ -13,12 +22,13 @@ graph runs as one unit -- so no rewrite keeps the behaviour: ``skip-timing``
                                                  if not torch.compiler.is_compiling():
                                                      self.stats["attn"] += time.perf_counter() - t0
 
-Dynamo evaluates ``torch.compiler.is_compiling()`` to True while tracing and
-drops the guarded statements; run eagerly they run as before. Under compile
-the stats stay as they were and the log lines are not written, which the
-verifier sees when they are printed.
+Dynamo evaluates ``torch.compiler.is_compiling()`` (since torch 2.3) to the
+constant True while tracing: it keeps the 0.0 branch, or drops the guarded
+statements; run eagerly they run as before. Under ``skip-timing`` the stats
+stay as they were and the log lines are not written, which the verifier sees
+when they are printed.
 
-The guarded statements must be self-contained: starting from the statement of
+For both, the timing code must be self-contained: starting from the statement of
 the break, every statement that assigns or reads a timing variable (a local
 assigned in one of them; ``t0``, ``dt``), and the statements whose clock reads
 feed one, must each be a single simple statement -- an assignment, an
@@ -48,20 +58,24 @@ _CLOCKS = frozenset(
 _REPORTING = frozenset(
     "debug info warning warn error critical log append extend add update insert setdefault".split()
 )
+# Operators whose right operand must not be a time that is 0 under compile.
+_DIVISIONS = (cst.Divide, cst.FloorDivide, cst.Modulo)
+_DIVISIONS_ASSIGN = (cst.DivideAssign, cst.FloorDivideAssign, cst.ModuloAssign)
 
 
 class _Decline(Exception):
     """The timing code is not self-contained."""
 
 
-class SkipTiming(Recipe):
-    name = "skip-timing"
+class _Timing(Recipe):
+    """What both recipes check: the clock read at the site and the timing
+    statements tied to it, which must be self-contained (see the module doc)."""
+
     codes = ("GB0007",)
     safety = "unsafe"
-    summary = "guard wall-clock timing with `if not torch.compiler.is_compiling():`: it runs in eager only"
     rule = "GB0007"
 
-    def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
+    def _timing(self, ctx: SiteContext) -> tuple[cst.Call, list[cst.SimpleStatementLine]] | None:
         call = call_at(ctx)
         if call is None or not self._is_clock(ctx, call):
             return None
@@ -72,42 +86,9 @@ class SkipTiming(Recipe):
             return None
         self._fn = fn
         try:
-            group = self._group(stmt)
+            return call, self._group(stmt)
         except _Decline:
             return None
-        self._group_ids = {id(s) for s in group}
-        return self._common_block(ctx, group)
-
-    def rewrite(self, node: cst.CSTNode) -> Replacement | None:
-        self.need_import("torch")
-        return node.visit(self)
-
-    def leave_IndentedBlock(
-        self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
-    ) -> cst.IndentedBlock:
-        body: list[cst.BaseStatement] = []
-        run: list[cst.BaseStatement] = []  # consecutive timing statements, guarded together
-
-        def flush() -> None:
-            if run:
-                first = run[0]
-                body.append(
-                    cst.If(
-                        test=cst.parse_expression("not torch.compiler.is_compiling()"),
-                        body=cst.IndentedBlock([first.with_changes(leading_lines=[]), *run[1:]]),
-                        leading_lines=first.leading_lines,
-                    )
-                )
-                run.clear()
-
-        for before, after in zip(original_node.body, updated_node.body):
-            if id(before) in self._group_ids:
-                run.append(after)
-            else:
-                flush()
-                body.append(after)
-        flush()
-        return updated_node.with_changes(body=body)
 
     # ---- finding the timing statements ----
 
@@ -143,6 +124,7 @@ class SkipTiming(Recipe):
                     if id(other) not in group:
                         group[id(other)] = other
                         todo.append(other)
+        self._timing_vars = done
         return list(group.values())
 
     def _timing_names(self, stmt: cst.SimpleStatementLine) -> set[str]:
@@ -175,8 +157,8 @@ class SkipTiming(Recipe):
     def _scope(self, stmt: cst.CSTNode) -> Scope | None:
         return self._ctx.file.scopes.get(stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) else stmt)
 
-    def _has_clock(self, stmt: cst.SimpleStatementLine) -> bool:
-        return _has(stmt, lambda n: isinstance(n, cst.Call) and self._is_clock(self._ctx, n))
+    def _has_clock(self, node: cst.CSTNode) -> bool:
+        return _has(node, lambda n: isinstance(n, cst.Call) and self._is_clock(self._ctx, n))
 
     def _check(self, stmt: cst.SimpleStatementLine) -> None:
         """A statement that may go under the guard: one assignment or reporting call."""
@@ -215,6 +197,86 @@ class SkipTiming(Recipe):
         return None
 
 
+class SkipTiming(_Timing):
+    name = "skip-timing"
+    summary = "guard wall-clock timing with `if not torch.compiler.is_compiling():`: it runs in eager only"
+
+    def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
+        found = self._timing(ctx)
+        if found is None:
+            return None
+        group = found[1]
+        self._group_ids = {id(s) for s in group}
+        return self._common_block(ctx, group)
+
+    def rewrite(self, node: cst.CSTNode) -> Replacement | None:
+        self.need_import("torch")
+        return node.visit(self)
+
+    def leave_IndentedBlock(
+        self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
+    ) -> cst.IndentedBlock:
+        body: list[cst.BaseStatement] = []
+        run: list[cst.BaseStatement] = []  # consecutive timing statements, guarded together
+
+        def flush() -> None:
+            if run:
+                first = run[0]
+                body.append(
+                    cst.If(
+                        test=cst.parse_expression("not torch.compiler.is_compiling()"),
+                        body=cst.IndentedBlock([first.with_changes(leading_lines=[]), *run[1:]]),
+                        leading_lines=first.leading_lines,
+                    )
+                )
+                run.clear()
+
+        for before, after in zip(original_node.body, updated_node.body):
+            if id(before) in self._group_ids:
+                run.append(after)
+            else:
+                flush()
+                body.append(after)
+        flush()
+        return updated_node.with_changes(body=body)
+
+
+class ClockUnderCompile(_Timing):
+    name = "timing-under-compile"
+    summary = "read the clock in eager only: `(0.0 if torch.compiler.is_compiling() else time.perf_counter())`"
+
+    def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
+        found = self._timing(ctx)
+        if found is None:
+            return None
+        call, group = found
+        if any(self._divides_by_time(s) for s in group):
+            return None  # 0.0 would divide by zero under compile: skip-timing takes it
+        in_ns = {q.endswith("_ns") for q in qualified_names(ctx, call.func)}
+        self._zero = "0" if in_ns == {True} else "0.0"
+        return call
+
+    def rewrite(self, node: cst.CSTNode) -> Replacement | None:
+        self.need_import("torch")
+        guarded = cst.parse_expression(f"({self._zero} if torch.compiler.is_compiling() else _)")
+        return guarded.with_changes(orelse=node.with_changes(lpar=[], rpar=[]))
+
+    def _divides_by_time(self, stmt: cst.SimpleStatementLine) -> bool:
+        """A division or modulo whose right operand holds a clock read or a timing variable."""
+
+        def timed(expr: cst.CSTNode) -> bool:
+            return self._has_clock(expr) or any(n.value in self._timing_vars for n in _names(expr))
+
+        def divides(n: cst.CSTNode) -> bool:
+            if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, _DIVISIONS):
+                return timed(n.right)
+            if isinstance(n, cst.AugAssign) and isinstance(n.operator, _DIVISIONS_ASSIGN):
+                return timed(n.value)
+            return False
+
+        return _has(stmt, divides)
+
+
 def _names(node: cst.CSTNode) -> list[cst.Name]:
     found: list[cst.Name] = []
 
@@ -243,4 +305,4 @@ def _has(node: cst.CSTNode, test: Callable[[cst.CSTNode], bool]) -> bool:
     return found
 
 
-RECIPES = (SkipTiming,)
+RECIPES = (ClockUnderCompile, SkipTiming)
