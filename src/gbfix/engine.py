@@ -463,9 +463,13 @@ class _Round:
     sites: dict[tuple, Site] = field(default_factory=dict)
 
     def codes_in(self, edit: Edit) -> set[str]:
-        """Codes that broke inside the edit's span before it (besides its own site)."""
+        """Codes that broke inside the edit's span or on its site's line before it (besides its own site)."""
         (l1, _), (l2, _) = edit.start, edit.end
-        return {s.code for s in self.sites.values() if s.path == edit.path and l1 <= s.line <= l2 and s is not edit.site}
+        return {
+            s.code
+            for s in self.sites.values()
+            if s.path == edit.path and (l1 <= s.line <= l2 or s.line == edit.site.line) and s is not edit.site
+        }
 
     def byte_col(self, site: Site) -> int | None:
         owned = owned_frame(site.brk, self.targets)

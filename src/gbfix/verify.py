@@ -53,7 +53,7 @@ def site_verdict(
     """Why the edit failed at its own site, or None if its break is gone.
 
     ``byte_col`` is the site's column as Dynamo reports it; ``codes_before``
-    the codes that broke inside the edit's span before the edit.
+    the codes that broke inside the edit's span or on the site's line before the edit.
     """
     site = edit.site
     first, last = edit.start[0], edit.end[0]
@@ -63,6 +63,10 @@ def site_verdict(
         if not tb.at.rewritten:
             if (tb.at.line, tb.col, tb.code) == (site.line, byte_col, site.code):
                 return "rejected:no-reduction", f"{site.code} still breaks at line {site.line}"
+            # An edit elsewhere (a config route) that trades the site's break for
+            # another one on the same line gains nothing.
+            if tb.at.line == site.line and tb.code != site.code and tb.code not in codes_before:
+                return "rejected:new-break", f"line {site.line} now breaks with {tb.code} ({tb.brk.root.gb_type})"
             continue
         if tb.at.line <= last and tb.at.last >= first:
             if tb.code == site.code:

@@ -1,0 +1,54 @@
+"""site_verdict on hand-made trial breaks: when an edit counts as removing its break."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gbfix.linemap import Mapped
+from gbfix.records import Break, Cause, Edit, Frame, Site
+from gbfix.verify import TrialBreak, site_verdict
+
+PATH = Path("/src/model.py")
+
+
+def brk(code: str, line: int, col: int) -> Break:
+    return Break((Cause(code, code, ""),), (Frame(str(PATH), line, col, col + 5, "forward"),))
+
+
+def edit_at(line: int, start: tuple[int, int], end: tuple[int, int]) -> Edit:
+    site = Site(PATH, line, 8, 13, brk("GB0124", line, 8))
+    return Edit(1, site, "capture-scalar-outputs", "safe", "", start, end, None, None)
+
+
+def trial(code: str, line: int, col: int, rewritten: bool = False) -> TrialBreak:
+    return TrialBreak(code, PATH, Mapped(line, line, rewritten), col, brk(code, line, col))
+
+
+# A config route: the edit is an assignment after the imports (line 3), the site is line 20.
+CONFIG = edit_at(20, (3, 0), (3, 12))
+
+
+def test_gone_is_accepted():
+    assert site_verdict(CONFIG, [trial("GB0170", 40, 4)], 8, set()) is None
+
+
+def test_still_there_is_no_reduction():
+    assert site_verdict(CONFIG, [trial("GB0124", 20, 8)], 8, set())[0] == "rejected:no-reduction"
+
+
+def test_a_new_code_on_the_sites_line_is_a_new_break():
+    status, detail = site_verdict(CONFIG, [trial("GB4841", 20, 4)], 8, set())
+    assert status == "rejected:new-break" and "line 20 now breaks with GB4841" in detail
+
+
+def test_a_code_that_already_broke_on_the_line_is_no_new_break():
+    assert site_verdict(CONFIG, [trial("GB0059", 20, 4)], 8, {"GB0059"}) is None
+
+
+def test_a_break_elsewhere_is_not_the_edits_doing():
+    assert site_verdict(CONFIG, [trial("GB4841", 21, 4)], 8, set()) is None
+
+
+def test_a_new_code_inside_a_rewritten_span_is_a_new_break():
+    inline = edit_at(20, (20, 4), (20, 30))
+    assert site_verdict(inline, [trial("GB0033", 20, 4, rewritten=True)], 8, set())[0] == "rejected:new-break"
