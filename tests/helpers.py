@@ -7,7 +7,7 @@ from pathlib import Path
 
 from gbfix import edits
 from gbfix.locate import ParsedFile
-from gbfix.records import Break, Cause, Edit, Frame, Site
+from gbfix.records import Break, Cause, Edit, Frame, ObservedCall, Site
 from gbfix.recipes.base import Recipe, SiteContext
 from gbfix.sources import SourceFile
 
@@ -25,17 +25,21 @@ def rewrite_at(
     end_col: int | None,
     code: str,
     capabilities: frozenset[str] = ALL_CAPABILITIES,
+    observed: dict[int, tuple[ObservedCall, ...]] | None = None,
 ) -> str | None:
     """Apply one recipe at a hand-made site (character columns) without running torch.
 
-    Returns the rewritten source, or None when the recipe declines.
+    ``observed`` maps the first line of a def (decorators included) to the
+    calls an uncompiled run would have observed. Returns the rewritten source,
+    or None when the recipe declines.
     """
     source = textwrap.dedent(source)
     data = source.encode()
     parsed = ParsedFile(SourceFile(Path("/virtual/example.py"), data, source, "utf-8"))
     brk = Break(causes=(Cause(code, code, ""),), stack=(Frame("/virtual/example.py", line, col, end_col, "f"),))
     site = Site(Path("/virtual/example.py"), line, col, end_col, brk)
-    ctx = SiteContext(site, parsed.node_at(line, col, end_col), parsed, capabilities)
+    seen = {(site.path, ln): calls for ln, calls in (observed or {}).items()}
+    ctx = SiteContext(site, parsed.node_at(line, col, end_col), parsed, capabilities, seen)
     rw = recipe().propose(ctx)
     if rw is None:
         return None

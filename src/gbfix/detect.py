@@ -14,7 +14,7 @@ from pathlib import Path
 from gbfix.entry import Entry
 from gbfix.errors import EntryError, GbfixError
 from gbfix.gbcodes import torch_dir
-from gbfix.records import Break, LogRecord, RunResult, WarningRecord
+from gbfix.records import Break, LogRecord, ObservedCall, RunResult, WarningRecord
 
 DEFAULT_TIMEOUT = 900.0
 
@@ -50,11 +50,13 @@ class Prober:
         baseline: Path | None = None,
         backend: str = "eager",
         fullgraph: bool | None = None,
+        observe: tuple[tuple[Path, int], ...] = (),
     ) -> RunResult:
         """One run; raises RunFailed if the entry crashed, exited non-zero or timed out.
 
         backend: "eager" (detection), "own" (the program's own settings) or
-        "none" (Dynamo disabled).
+        "none" (Dynamo disabled). ``observe``: (file, first line) of user
+        functions whose calls are recorded (see ``gbfix.child.observe``).
         """
         self.runs += 1
         rundir = self.workdir / f"run{self.runs}"
@@ -74,6 +76,7 @@ class Prober:
             "baseline_outputs": str(baseline) if baseline else None,
             "result": str(rundir / "result.json"),
             "seed": 0,
+            "observe": [{"file": str(path), "line": line} for path, line in observe],
         }
         spec_path = rundir / "spec.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
@@ -122,6 +125,9 @@ class Prober:
             torch_version=data["torch_version"],
             capabilities=frozenset(data["capabilities"]),
             seconds=time.perf_counter() - started,
+            observed={
+                (o["file"], o["line"]): tuple(ObservedCall.from_json(c) for c in o["calls"]) for o in data["observed"]
+            },
         )
 
     def baseline(self) -> RunResult:

@@ -21,7 +21,7 @@ from gbfix.errors import EntryError
 from gbfix.entry import Entry
 from gbfix.linemap import LineMap
 from gbfix.locate import Locator, owned_frame
-from gbfix.records import Break, Edit, Outcome, RunResult, Site, Status
+from gbfix.records import Break, Edit, ObservedCall, Outcome, RunResult, Site, Status
 from gbfix.sources import SourceFile
 from gbfix.verify import Noise, TrialBreak, behaviour_diff, place, site_key, site_verdict
 
@@ -101,6 +101,8 @@ class _Session:
         self.own_reference: RunResult | None = None  # the original on its own backend, if needed
         self.uncompiled: RunResult | None = None  # the original with Dynamo off, if needed
         self.last_own: RunResult | None = None  # latest passing own-backend run of the edits
+        # Calls of user functions seen in uncompiled runs: (path, first line, generation) -> calls
+        self.observed: dict[tuple[Path, int, int], tuple[ObservedCall, ...]] = {}
 
     # --- coordinates ------------------------------------------------------
     def original_key(self, site: Site) -> tuple:
@@ -184,7 +186,39 @@ class _Session:
 
     # --- proposing ----------------------------------------------------------
     def _context(self, site: Site, locator: Locator, caps: frozenset[str]) -> recipes.SiteContext:
-        return recipes.SiteContext(site, locator.node(site), locator.parsed(site.path), caps)
+        path = site.path
+        gen = self._generation(path)
+        seen = {(path, line): calls for (p, line, g), calls in self.observed.items() if p == path and g == gen}
+        return recipes.SiteContext(site, locator.node(site), locator.parsed(path), caps, seen)
+
+    def observe(self, sites: list[Site], locator: Locator, caps: frozenset[str]) -> None:
+        """Record, in one uncompiled run, the calls of the functions recipes asked to see."""
+        wanted: set[tuple[Path, int]] = set()
+        for site in sites:
+            ctx = self._context(site, locator, caps)
+            for recipe in recipes.candidates(site.code, unsafe=self.opts.unsafe_fixes):
+                fn = recipe().observe(ctx) if recipe.requires <= caps else None
+                if fn is not None:
+                    parsed = locator.parsed(site.path)
+                    first = parsed.span(fn.decorators[0] if fn.decorators else fn)[0][0]
+                    if (site.path, first, self._generation(site.path)) not in self.observed:
+                        wanted.add((site.path, first))
+        if not wanted:
+            return
+        overlay = {p: s.data for p, s in self.current.items() if s.data != self.originals[p].data}
+        self.progress(f"observing {len(wanted)} function(s) in an uncompiled run")
+        try:
+            result = self.prober.run(overlay=overlay, backend="none", observe=tuple(sorted(wanted)))
+        except RunFailed as e:
+            self.notes.append(f"could not observe functions for the wrapper recipes: {e}")
+            result = None
+        for path, line in wanted:
+            calls = result.observed.get((str(path), line), ()) if result else ()
+            self.observed[(path, line, self._generation(path))] = calls
+
+    def _generation(self, path: Path) -> int:
+        """Which version of the file observations were made on (edits move lines)."""
+        return hash(self.current[path].data)
 
     def propose(self, site: Site, locator: Locator, caps: frozenset[str]) -> list[Edit]:
         ctx = self._context(site, locator, caps)
@@ -297,6 +331,7 @@ class _Session:
                 key = self.note_site(site)
                 if key not in self.hopeless:
                     rnd.sites.setdefault(site_key(site), site)
+        self.observe(list(rnd.sites.values()), rnd.locator, caps)
         queue = {}
         for key, site in rnd.sites.items():
             edits = self.propose(site, rnd.locator, caps)

@@ -99,6 +99,49 @@ class WarningRecord:
 
 
 @dataclass(frozen=True)
+class ValueSpec:
+    """What one argument or return value of an observed call looked like.
+
+    ``kind``: "tensor", "int", "float", "bool", "str", "none", "tuple", "list",
+    "module" (an nn.Module) or "other" (``type_name`` says which).
+    """
+
+    kind: str
+    shape: tuple[int, ...] | None = None  # tensor
+    dtype: str | None = None  # tensor, e.g. "torch.float32"
+    device: str | None = None  # tensor, e.g. "cpu"
+    requires_grad: bool = False  # tensor
+    items: tuple[ValueSpec, ...] = ()  # tuple / list
+    value: Any = None  # int / float / bool / str: the value itself
+    type_name: str = ""  # the Python type's qualified name
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ValueSpec:
+        return cls(
+            d["kind"],
+            tuple(d["shape"]) if d.get("shape") is not None else None,
+            d.get("dtype"),
+            d.get("device"),
+            d.get("requires_grad", False),
+            tuple(cls.from_json(i) for i in d.get("items", ())),
+            d.get("value"),
+            d.get("type_name", ""),
+        )
+
+
+@dataclass(frozen=True)
+class ObservedCall:
+    """One call of a user function in an uncompiled run: its bound arguments and result."""
+
+    args: tuple[tuple[str, ValueSpec], ...]  # parameter name -> value, in signature order
+    result: ValueSpec
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ObservedCall:
+        return cls(tuple((n, ValueSpec.from_json(v)) for n, v in d["args"]), ValueSpec.from_json(d["result"]))
+
+
+@dataclass(frozen=True)
 class RunResult:
     """What one run of the entry in the child produced."""
 
@@ -115,6 +158,8 @@ class RunResult:
     torch_version: str
     capabilities: frozenset[str]
     seconds: float
+    # Calls of the functions the run was asked to observe, by (file, first line of the def)
+    observed: dict[tuple[str, int], tuple[ObservedCall, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,7 @@ def main(spec_path: str) -> int:
     from gbfix.child.capture import OutputCapture
     from gbfix.child.compile_patch import CompileRecorder
     from gbfix.child.entry_runner import EntryFailed, run
+    from gbfix.child.observe import CallObserver
     from gbfix.child.outputs import compare_calls
     from gbfix.child.overlay import OverlayFinder
 
@@ -81,6 +82,8 @@ def main(spec_path: str) -> int:
     compiles.install()
     overlay = OverlayFinder(spec.get("overlay", {}))
     overlay.install()
+    observer = CallObserver(spec.get("observe", []))
+    observer.install()
     _seed(spec.get("seed", 0))
 
     os.chdir(spec["cwd"])
@@ -93,6 +96,7 @@ def main(spec_path: str) -> int:
         traceback.print_exc()
         error = f"{type(e).__name__}: {e}".splitlines()[0] if str(e) else type(e).__name__
     finally:
+        sys.settrace(None)
         sys.stdout.flush()
 
     torch.save(compiles.calls, spec["outputs_out"])
@@ -111,6 +115,7 @@ def main(spec_path: str) -> int:
         "compile_sites": compiles.sites,
         "torch_version": torch.__version__,
         "capabilities": _capabilities(),
+        "observed": observer.results(),
         "seconds": time.perf_counter() - started,
     }
     tmp = spec["result"] + ".tmp"

@@ -24,6 +24,7 @@ _MODULES = (
     "copying",
     "timing",
     "generator",
+    "wrap",  # opaque ops around a helper: after every recipe that keeps the code traced
     "config_route",  # global config: the fallback after every source rewrite
 )
 

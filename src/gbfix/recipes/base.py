@@ -8,13 +8,15 @@ turns the result into an Edit and the verifier decides whether it is kept.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import ClassVar, Union
 
 import libcst as cst
 
 from gbfix.locate import ParsedFile
-from gbfix.records import Safety, Site
+from gbfix.records import ObservedCall, Safety, Site
 
 Replacement = Union[cst.CSTNode, cst.FlattenSentinel, cst.RemovalSentinel]
 
@@ -27,6 +29,9 @@ class SiteContext:
     node: cst.CSTNode  # innermost node at the break's span
     file: ParsedFile
     capabilities: frozenset[str]  # fix APIs the installed torch has (see gbfix.child)
+    # Calls of user functions seen in an uncompiled run, by (path, first line of
+    # the def, decorators included); filled for recipes that ask (see ``Recipe.observe``).
+    observed: Mapping[tuple[Path, int], tuple[ObservedCall, ...]] = field(default_factory=dict)
 
     @property
     def module(self) -> cst.Module:
@@ -79,6 +84,13 @@ class Recipe(cst.CSTTransformer):
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
         """The node this recipe rewrites at the site, or None if it does not apply."""
         raise NotImplementedError
+
+    def observe(self, ctx: SiteContext) -> cst.FunctionDef | None:
+        """A user function whose calls this recipe needs to see (arguments and
+        results, from an uncompiled run) before it can propose; None: no need.
+        The engine runs the program once to observe them and proposes again
+        with ``ctx.observed`` filled."""
+        return None
 
     def rewrite(self, node: cst.CSTNode) -> Replacement | None:
         """Transform the anchor; default: visit it with this transformer."""
