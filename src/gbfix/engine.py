@@ -23,7 +23,7 @@ from gbfix.linemap import LineMap
 from gbfix.locate import Locator, owned_frame
 from gbfix.records import Break, Edit, ObservedCall, Outcome, RunResult, Site, Status
 from gbfix.sources import SourceFile
-from gbfix.verify import Noise, TrialBreak, behaviour_diff, place, site_key, site_verdict
+from gbfix.verify import Noise, TrialBreak, behaviour_diff, describe, place, site_key, site_verdict
 
 MAX_ROUNDS = 4
 
@@ -257,6 +257,9 @@ class _Session:
             return self._halves(group, accepted, rnd)
         bad = {e.id: v for e in group if (v := site_verdict(e, placed, rnd.byte_col(e.site), rnd.codes_in(e)))}
         for e in group:
+            if e.id not in bad and _is_global(e) and (v := rnd.elsewhere(placed, accepted + group)):
+                bad[e.id] = v
+        for e in group:
             if e.id in bad:
                 self.reject(e, *bad[e.id])
         good = [e for e in group if e.id not in bad]
@@ -264,6 +267,7 @@ class _Session:
             return None
         diff = self.behaviour_diff(result, _tolerated(accepted + good))
         if diff is None and not bad:
+            rnd.revealed |= {(tb.path, tb.at.line, tb.code) for tb in placed if not tb.at.rewritten}
             accepted.extend(good)
             self.outcomes.extend(Outcome(e, "applied") for e in good)
             return result
@@ -355,8 +359,10 @@ class _Session:
                 queue.pop(key)
             if not heads:
                 continue
-            # Heads that overlap each other wait for the next pass of this round.
+            # Heads that overlap each other wait for the next pass of this round; a
+            # process-wide edit is tried on its own, so a break it moves is its own.
             group, _ = edit_ops.non_overlapping(heads)
+            group = [e for e in group if not _is_global(e)] or group[:1]
             last = self.settle(group, accepted, rnd) or last
             tried = {_edit_identity(e): e for e in group}
             done = {_edit_identity(e) for e in accepted}
@@ -496,6 +502,7 @@ class _Round:
     locator: Locator
     targets: set[Path]
     sites: dict[tuple, Site] = field(default_factory=dict)
+    revealed: set[tuple] = field(default_factory=set)  # (path, line, code) of breaks in accepted trials
 
     def codes_in(self, edit: Edit) -> set[str]:
         """Codes that broke inside the edit's span or on its site's line before it (besides its own site)."""
@@ -506,9 +513,27 @@ class _Round:
             if s.path == edit.path and (l1 <= s.line <= l2 or s.line == edit.site.line) and s is not edit.site
         }
 
+    def elsewhere(self, placed: list[TrialBreak], edits: list[Edit]) -> tuple[Status, str] | None:
+        """A break of the trial that none of this round's sites explains and no
+        local edit's span contains: what a process-wide change (a config route)
+        moved the break to, e.g. from `int(t)` to the `if` on its value."""
+        known = {(s.path, s.line, s.code) for s in self.sites.values()} | self.revealed
+        for tb in placed:
+            if tb.at.rewritten or (tb.path, tb.at.line, tb.code) in known:
+                continue
+            if any(e.path == tb.path and e.start[0] <= tb.at.line <= e.end[0] for e in edits if not _is_global(e)):
+                continue
+            return "rejected:new-break", f"{describe(tb)} now breaks at line {tb.at.line}"
+        return None
+
     def byte_col(self, site: Site) -> int | None:
         owned = owned_frame(site.brk, self.targets)
         return owned[1].col if owned else None
+
+
+def _is_global(edit: Edit) -> bool:
+    """The edit changes the whole process (a config route), not just its span."""
+    return any(r.name == edit.recipe and r.process_wide for r in recipes.all_recipes())
 
 
 def _edit_identity(edit: Edit) -> tuple:

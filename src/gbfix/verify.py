@@ -66,14 +66,19 @@ def site_verdict(
             # An edit elsewhere (a config route) that trades the site's break for
             # another one on the same line gains nothing.
             if tb.at.line == site.line and tb.code != site.code and tb.code not in codes_before:
-                return "rejected:new-break", f"line {site.line} now breaks with {tb.code} ({tb.brk.root.gb_type})"
+                return "rejected:new-break", f"line {site.line} now breaks with {describe(tb)}"
             continue
         if tb.at.line <= last and tb.at.last >= first:
             if tb.code == site.code:
                 return "rejected:no-reduction", f"the rewritten code still breaks with {tb.code}"
             if tb.code not in codes_before:
-                return "rejected:new-break", f"the rewritten code breaks with {tb.code} ({tb.brk.root.gb_type})"
+                return "rejected:new-break", f"the rewritten code breaks with {describe(tb)}"
     return None
+
+
+def describe(tb: TrialBreak) -> str:
+    """``GB0059 (Failed to trace builtin operator)``, or the type alone for a break with no code."""
+    return tb.code if tb.code == tb.brk.root.gb_type else f"{tb.code} ({tb.brk.root.gb_type})"
 
 
 @dataclass(frozen=True)

@@ -144,6 +144,9 @@ class BreakRecorder:
             self._seen.add(key)
             self.breaks.append(record)
 
+    def from_untyped(self, exc: BaseException, stack) -> None:
+        self.add({"causes": [_untyped_cause(exc)], "stack": _frames(stack), "compile_id": _compile_id(), "frame_skipped": False})
+
     def from_exception(self, exc: BaseException, stack, frame_skipped: bool, reason: str = "") -> None:
         causes = _causes(exc, reason)
         if causes:
@@ -155,6 +158,22 @@ class BreakRecorder:
                     "frame_skipped": frame_skipped,
                 }
             )
+
+
+def _untyped_cause(exc: BaseException) -> dict[str, Any]:
+    """A break Dynamo raised without a registry entry (no ``gb_type``): typically
+    a guard on a data-dependent value, e.g. ``if n in cache:`` on an unbacked
+    ``int(t)`` once ``capture_scalar_outputs`` is on."""
+    text = str(exc)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    data_dependent = "data-dependent" in text.lower() or "GuardOnDataDependentSymNode" in type(exc).__name__
+    explanation = next((ln for ln in lines if "data-dependent" in ln.lower()), lines[0] if lines else "")
+    return {
+        "code": None,
+        "gb_type": "Data-dependent expression" if data_dependent else type(exc).__name__,
+        "explanation": explanation,
+        "hints": [],
+    }
 
 
 def install(recorder: BreakRecorder) -> None:
@@ -169,9 +188,11 @@ def install(recorder: BreakRecorder) -> None:
         return
 
     def log_graph_break(self, code_options, reason, exc):
+        real = list(getattr(exc, "real_stack", None) or [])
         if getattr(exc, "gb_type", None):
-            real = list(getattr(exc, "real_stack", None) or [])
             recorder.from_exception(exc, _stack_above_dynamo() + real, frame_skipped=False, reason=str(reason))
+        elif exc is not None:
+            recorder.from_untyped(exc, _stack_above_dynamo() + real)
         return original(self, code_options, reason, exc)
 
     InstructionTranslatorBase.log_graph_break = log_graph_break

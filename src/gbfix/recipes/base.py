@@ -73,6 +73,9 @@ class Recipe(cst.CSTTransformer):
     # the edit moves torch.compile, so compiled outputs are not compared call for
     # call (stdout, logs and warnings still are).
     tolerates: ClassVar[frozenset[str]] = frozenset()
+    # The edit changes the whole process (a config assignment), not only its span:
+    # the verifier then also rejects it for a new break anywhere in the targets.
+    process_wide: ClassVar[bool] = False
     summary: ClassVar[str]  # one line for reports: what the rewrite does
     rule: ClassVar[str]  # rules/<rule>.md holds the examples; usually the GB code
 

@@ -29,6 +29,7 @@ class _ConfigRoute(Recipe):
     option: ClassVar[str]  # the torch._dynamo.config attribute to set
     why: ClassVar[str]  # the comment above the assignment
     safety = "safe"
+    process_wide = True
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
         # Set in this file already (to either value): the user decided, or it did not help.

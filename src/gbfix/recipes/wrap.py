@@ -1,0 +1,650 @@
+"""Calls Dynamo cannot trace, answered by making the function around them opaque.
+
+A skipped function (GB0007: ``torch.manual_seed``, ``zlib.crc32``), a numpy
+routine or ``ndarray`` method that ``torch._numpy`` lacks (GB0294, GB0158), a
+method Dynamo does not model (GB0156: ``io.BytesIO``) or a context manager it
+cannot enter (GB0142: ``torch.random.fork_rng()``, ``threading.Lock``) has no
+traceable equivalent. When the call sits in a small helper that takes and
+returns tensors, the helper can become one opaque node of the graph: the
+compiled caller runs it eagerly at run time, so its effects happen exactly as
+before, once per call, and the graph no longer breaks. The compiler only needs
+to know what it returns; that comes from a fake implementation written from
+the helper's calls in an uncompiled run of the program (``Recipe.observe``):
+
+    def seeded_noise(like, seed):              @torch.library.custom_op(f"gbfix::seeded_noise_{__name__...}", mutates_args=())
+        torch.manual_seed(seed)          ->    def seeded_noise(like: torch.Tensor, seed: int) -> torch.Tensor:
+        return torch.randn_like(like)              torch.manual_seed(seed)
+                                                   return torch.randn_like(like)
+
+                                               @seeded_noise.register_fake
+                                               def _seeded_noise_fake(like, seed):
+                                                   return torch.empty((like.shape[0], like.shape[1]), dtype=like.dtype, device=like.device)
+
+Each output dimension is, in order of preference, a tensor argument's
+dimension that matched it in every observed call (so a new batch size still
+works), an int argument that did, or a constant that did not change; dtypes
+and devices likewise come from an argument or a constant. Anything else is
+declined, never guessed. Two recipes:
+
+- ``wrap-custom-op`` (preferred; any backend, inductor included):
+  ``torch.library.custom_op`` on a module-level function. Every argument must
+  be a tensor, int, float, bool, str, None, or a list/tuple of tensors, ints
+  or floats, of one kind in every call; the annotations the schema needs are
+  added (existing ones are kept, and must agree with the calls). The op has no
+  autograd formula: declined when a tensor argument or the result requires
+  grad (``register_autograd`` could lift that). Custom ops may not return
+  their inputs or views of them: torch raises at run time, which the verifier
+  sees; a function visibly returning an argument is declined up front.
+- ``wrap-leaf-function`` (fallback; offered when every compile uses the eager
+  backend): ``torch._dynamo.decorators.leaf_function``, which needs no
+  annotations, also takes nn.Modules (methods of module-level classes too,
+  ``self`` being an nn.Module) and supports autograd. Declined when the result
+  requires grad but no argument could carry it (a closed-over parameter would
+  get no gradient).
+
+Both need tensor outputs (a tensor, or a tuple/list of them): a Python value
+returned by a leaf function is frozen at compile time, and control flow on a
+value cannot become part of a graph. Both decline when the site is not inside
+such a function (nested functions, lambdas, decorated, async or generator
+functions, the compiled function itself or a ``forward``), on ``*args``,
+``**kwargs`` or positional-only parameters, on ``global``/``nonlocal``, and on
+what a wrapped call would do differently: mutating an argument or module
+state (in-place ``*_`` methods, item/attribute assignment, ``append``,
+``register_buffer``, ``out=``), ``torch.compiler.is_compiling()``, frame
+introspection and ``warnings.warn`` with a ``stacklevel`` (torch's frames
+would stand between the function and its caller), and returning a global or
+an attribute visibly (the fake says a fresh tensor).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import ClassVar
+
+import libcst as cst
+
+from gbfix.recipes.base import Recipe, Replacement, SiteContext
+from gbfix.recipes.print_call import global_bindings, qualified_names
+from gbfix.records import ObservedCall, ValueSpec
+
+# Methods and torch functions whose result may share memory with their receiver / first argument.
+_VIEWS = frozenset(
+    "view view_as reshape reshape_as flatten unflatten squeeze unsqueeze t transpose permute expand expand_as"
+    " narrow select unbind split chunk tensor_split detach contiguous to type float double half bfloat16 int"
+    " long bool cpu cuda as_strided diagonal movedim moveaxis swapaxes swapdims unfold view_as_real"
+    " view_as_complex broadcast_to numpy data".split()
+)
+_VIEW_ATTRS = frozenset({"T", "mT", "H", "mH", "data", "real", "imag"})
+# Methods that change their receiver (besides the in-place ``*_`` ones).
+_MUTATING = frozenset(
+    "append extend insert pop remove clear update setdefault add discard popitem sort reverse"
+    " register_buffer register_parameter register_module add_module apply".split()
+)
+_BUILTIN_PASS_THROUGH = frozenset("enumerate zip iter reversed list tuple sorted next".split())
+# Names whose meaning changes inside an opaque op: what Dynamo folds, what reads the caller's frame.
+_TRACE_AWARE = frozenset(
+    {"torch.compiler.is_compiling", "torch._dynamo.is_compiling", "torch._utils.is_compiling"}
+    | {"torch.compiler.is_dynamo_compiling", "torch._dynamo.external_utils.is_compiling"}
+    | {"sys._getframe", "inspect.stack", "inspect.currentframe", "inspect.getouterframes", "traceback.extract_stack"}
+)
+_LITERAL_DEFAULTS = (cst.Integer, cst.Float, cst.SimpleString)
+_PRIMITIVE = {"int": "int", "float": "float", "bool": "bool", "str": "str"}
+_ITEM_TYPES = {"tensor": "torch.Tensor", "int": "int", "float": "float"}
+
+
+class _Decline(Exception):
+    """The function cannot be wrapped with the same behaviour."""
+
+
+class _Wrap(Recipe):
+    """What both recipes share: finding the function, checking it, deriving the fake."""
+
+    codes = ("GB0007", "GB0294", "GB0158", "GB0156", "GB0142")
+    safety = "safe"
+    rule = "GB0007"
+    methods: ClassVar[bool]  # methods of module-level classes may be wrapped
+    kinds: ClassVar[frozenset[str]]  # argument kinds (ValueSpec.kind) the wrapper takes
+
+    def observe(self, ctx: SiteContext) -> cst.FunctionDef | None:
+        try:
+            return self._function(ctx)
+        except _Decline:
+            return None
+
+    def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
+        try:
+            fn = self._function(ctx)
+            calls = ctx.observed.get((ctx.site.path, ctx.file.span(fn)[0][0]), ())
+            if not calls:
+                return None  # not observed yet, or never called in the uncompiled run
+            self._fn, self._calls = fn, calls
+            self._check_calls(fn, calls)
+            self._returns = _returns(calls)
+            self._check_state(ctx, fn, calls)
+            self._fakes = [_fake_tensor(fn, calls, i) for i in range(len(self._returns))]
+            self._prepare(ctx, fn, calls)
+        except _Decline:
+            return None
+        return fn
+
+    # ---- what a recipe adds ----
+
+    def _prepare(self, ctx: SiteContext, fn: cst.FunctionDef, calls: Sequence[ObservedCall]) -> None:
+        """Recipe-specific checks and plans; raises _Decline."""
+
+    def _decorate(self, fn: cst.FunctionDef) -> cst.FunctionDef:
+        raise NotImplementedError
+
+    def rewrite(self, node: cst.CSTNode) -> Replacement | None:
+        self.need_import("torch")
+        fn = self._fn
+        fake = _parse_def(
+            f"@{fn.name.value}.register_fake\n"
+            f"def {_fake_name(fn)}({_plain_params(fn)}):\n"
+            f"    # Added by gbfix: what {fn.name.value} returns (shapes, dtypes, devices), as"
+            f" {len(self._calls)} call{'s' if len(self._calls) > 1 else ''} in an uncompiled run showed.\n"
+            f"    return {self._fake_result()}\n"
+        )
+        blank = [cst.EmptyLine()] * (1 if self._in_class else 2)
+        return cst.FlattenSentinel([self._decorate(fn), fake.with_changes(leading_lines=blank)])
+
+    def _fake_result(self) -> str:
+        kind, items = self._returns
+        if kind == "tensor":
+            return self._fakes[0]
+        joined = ", ".join(self._fakes)
+        return f"[{joined}]" if kind == "list" else f"({joined}{',' if len(self._fakes) == 1 else ''})"
+
+    # ---- the function ----
+
+    def _function(self, ctx: SiteContext) -> cst.FunctionDef:
+        scope = ctx.enclosing(cst.FunctionDef, cst.Lambda, cst.ClassDef)
+        if not isinstance(scope, cst.FunctionDef) or not any(a is scope.body for a in (ctx.node, *ctx.ancestors())):
+            raise _Decline("not in a function's body")
+        fn = scope
+        self._in_class = _placement(ctx, fn)
+        if self._in_class is None or (self._in_class and not self.methods):
+            raise _Decline("not a module-level function")
+        if fn.decorators or fn.asynchronous or _own(fn, (cst.Yield,)):
+            raise _Decline("decorated, async or a generator")
+        if fn.name.value in ("forward", "__call__") or fn.name.value.startswith("__") or _compiled(ctx, fn):
+            raise _Decline("the compiled function itself")
+        params = fn.params
+        if isinstance(params.star_arg, cst.Param) or params.star_kwarg is not None or params.posonly_params:
+            raise _Decline("*args, **kwargs or positional-only parameters")
+        if _nodes(fn.body, (cst.Global, cst.Nonlocal)):
+            raise _Decline("rebinds a global")
+        if any(qualified_names(ctx, n) & _TRACE_AWARE for n in _nodes(fn.body, (cst.Name, cst.Attribute))):
+            raise _Decline("asks whether it is being compiled, or reads its caller's frame")
+        if any(_warns_above(ctx, c) for c in _nodes(fn.body, (cst.Call,))):
+            raise _Decline("a warning attributed to a caller")
+        if _names_taken(ctx, fn):
+            raise _Decline("the function's name is rebound, or the fake's is taken")
+        return fn
+
+    def _check_calls(self, fn: cst.FunctionDef, calls: Sequence[ObservedCall]) -> None:
+        names = [p.name.value for p in _all_params(fn)]
+        for call in calls:
+            if [n for n, _ in call.args] != names:
+                raise _Decline("the observed arguments do not match the signature")
+            for _, spec in call.args:
+                if not _kind_ok(spec, self.kinds):
+                    raise _Decline(f"an argument of kind {spec.kind} {spec.type_name}")
+
+    def _check_state(self, ctx: SiteContext, fn: cst.FunctionDef, calls: Sequence[ObservedCall]) -> None:
+        """No visible mutation of what the caller passed (or of ``self``); no aliasing return."""
+        mutable = {n for call in calls for n, s in call.args if s.kind in ("tensor", "list", "tuple", "module", "other")}
+        derived = _derived(fn, mutable)
+        for node in _nodes(fn.body, (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Del)):
+            if _mutates_target(node, derived):
+                raise _Decline("assigns into an argument or module state")
+        for call in _nodes(fn.body, (cst.Call,)):
+            if _mutating_call(call, derived):
+                raise _Decline("mutates an argument or module state")
+        params = {p.name.value for p in _all_params(fn)}
+        module_names = {n for n in _module_bindings(ctx)}
+        for ret in _own(fn, (cst.Return,)):
+            if ret.value is None or _aliases(ret.value, _derived(fn, params | (module_names - params), views=True)):
+                raise _Decline("returns an argument, a global or a view of one")
+
+
+class WrapCustomOp(_Wrap):
+    name = "wrap-custom-op"
+    requires = frozenset({"custom_op"})
+    summary = "make the function holding the untraceable call a custom op, with a fake implementation from its observed calls"
+    methods = False
+    kinds = frozenset({"tensor", "int", "float", "bool", "str", "none", "list", "tuple"})
+
+    def _prepare(self, ctx: SiteContext, fn: cst.FunctionDef, calls: Sequence[ObservedCall]) -> None:
+        for call in calls:
+            specs = [s for _, s in call.args] + [call.result]
+            if any(t.requires_grad for s in specs for t in _tensors(s)):
+                raise _Decline("autograd: a custom op without register_autograd has no gradient")
+        for p in _all_params(fn):
+            if p.default is not None and not _literal_default(p.default):
+                raise _Decline("a default the op schema may not take")
+        self._annotations = {p.name.value: _annotation(ctx, p, calls) for p in _all_params(fn)}
+        self._return_annotation = _return_annotation(ctx, fn, self._returns)
+
+    def _decorate(self, fn: cst.FunctionDef) -> cst.FunctionDef:
+        op = fn.name.value.lstrip("_")
+        # Named after the module at run time, as several modules may wrap a function of one name.
+        decorator = cst.Decorator(
+            cst.parse_expression(
+                f"torch.library.custom_op(f\"gbfix::{op}_{{__name__.replace('.', '_')}}\", mutates_args=())"
+            )
+        )
+
+        class _Annotate(cst.CSTTransformer):
+            def leave_Param(_, original: cst.Param, updated: cst.Param) -> cst.Param:
+                new = self._annotations.get(original.name.value)
+                return updated if new is None else updated.with_changes(annotation=cst.Annotation(new))
+
+        params = fn.params.visit(_Annotate())
+        returns = fn.returns if self._return_annotation is None else cst.Annotation(self._return_annotation)
+        return fn.with_changes(decorators=[decorator], params=params, returns=returns)
+
+
+class WrapLeafFunction(_Wrap):
+    name = "wrap-leaf-function"
+    requires = frozenset({"leaf_function"})
+    summary = "make the function holding the untraceable call a leaf_function, with a fake implementation from its observed calls"
+    methods = True
+    kinds = frozenset({"tensor", "int", "float", "bool", "str", "none", "list", "tuple", "module"})
+
+    def _prepare(self, ctx: SiteContext, fn: cst.FunctionDef, calls: Sequence[ObservedCall]) -> None:
+        for call in calls:
+            carriers = [t for _, s in call.args for t in _tensors(s) if t.requires_grad]
+            modules = [s for _, s in call.args if s.kind == "module"]
+            if any(t.requires_grad for t in _tensors(call.result)) and not carriers and not modules:
+                raise _Decline("the result's gradient would come from a closed-over tensor")
+
+    def _decorate(self, fn: cst.FunctionDef) -> cst.FunctionDef:
+        return fn.with_changes(decorators=[cst.Decorator(cst.parse_expression("torch._dynamo.decorators.leaf_function"))])
+
+
+# ---- where the function is -------------------------------------------------------------
+
+
+def _placement(ctx: SiteContext, fn: cst.FunctionDef) -> bool | None:
+    """False: at module level; True: in a module-level class's body; None: anywhere else."""
+    chain = [a for a in ctx.ancestors(fn) if not isinstance(a, cst.IndentedBlock)]
+    if chain and isinstance(chain[0], cst.Module):
+        return False
+    if len(chain) >= 2 and isinstance(chain[0], cst.ClassDef) and isinstance(chain[1], cst.Module):
+        return not chain[0].decorators or None
+    return None
+
+
+def _compiled(ctx: SiteContext, fn: cst.FunctionDef) -> bool:
+    """The module hands the function to torch.compile (``torch.compile(fn)``, ``torch.compile(self.fn)``)."""
+    for call in _nodes(ctx.module, (cst.Call,)):
+        if call.args and qualified_names(ctx, call.func) == {"torch.compile"}:
+            target = call.args[0].value
+            last = target.attr.value if isinstance(target, cst.Attribute) else getattr(target, "value", None)
+            if last == fn.name.value:
+                return True
+    return False
+
+
+def _names_taken(ctx: SiteContext, fn: cst.FunctionDef) -> bool:
+    if _placement(ctx, fn):
+        body = ctx.enclosing(cst.ClassDef, node=fn).body.body
+        names = [_bound_name(s) for s in body]
+        return names.count(fn.name.value) != 1 or _fake_name(fn) in names
+    return len(global_bindings(ctx, fn.name.value)) != 1 or bool(global_bindings(ctx, _fake_name(fn)))
+
+
+def _bound_name(stmt: cst.CSTNode) -> str | None:
+    if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+        return stmt.name.value
+    if isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.Assign):
+        target = stmt.body[0].targets[0].target
+        return target.value if isinstance(target, cst.Name) else None
+    return None
+
+
+def _module_bindings(ctx: SiteContext) -> set[str]:
+    scope = ctx.file.scopes.get(ctx.module)
+    return set() if scope is None else {a.name for a in scope.assignments}
+
+
+def _fake_name(fn: cst.FunctionDef) -> str:
+    return f"_{fn.name.value.lstrip('_')}_fake"
+
+
+def _all_params(fn: cst.FunctionDef) -> list[cst.Param]:
+    return [*fn.params.params, *fn.params.kwonly_params]
+
+
+def _plain_params(fn: cst.FunctionDef) -> str:
+    """The function's parameter list without annotations (defaults kept)."""
+
+    class _Strip(cst.CSTTransformer):
+        def leave_Param(self, original: cst.Param, updated: cst.Param) -> cst.Param:
+            return updated.with_changes(annotation=None)
+
+    return cst.Module([]).code_for_node(fn.params.visit(_Strip()))
+
+
+def _parse_def(code: str) -> cst.FunctionDef:
+    stmt = cst.parse_module(code).body[0]
+    assert isinstance(stmt, cst.FunctionDef)
+    return stmt
+
+
+def _warns_above(ctx: SiteContext, call: cst.Call) -> bool:
+    """``warnings.warn`` with a stacklevel: it would point into torch's frames."""
+    if qualified_names(ctx, call.func) != {"warnings.warn"}:
+        return False
+    level = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "stacklevel"), None)
+    positional = [a for a in call.args if a.keyword is None]
+    level = level if level is not None else positional[2].value if len(positional) > 2 else None
+    return level is not None and not (isinstance(level, cst.Integer) and level.value == "1")
+
+
+# ---- state: mutation and aliasing ------------------------------------------------------
+
+
+def _root(expr: cst.BaseExpression, views: bool = False) -> str | None:
+    """The name an expression reaches through attributes, subscripts and method calls
+    (only alias-returning ones when ``views``), and through enumerate/zip/... of one."""
+    while True:
+        if isinstance(expr, cst.Attribute):
+            if views and expr.attr.value not in _VIEW_ATTRS and not isinstance(expr.value, cst.Name):
+                return None
+            expr = expr.value
+        elif isinstance(expr, cst.Subscript):
+            expr = expr.value
+        elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+            if views and expr.func.attr.value not in _VIEWS:
+                return None
+            expr = expr.func.value
+        elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.args:
+            if expr.func.value not in _BUILTIN_PASS_THROUGH:
+                return None
+            expr = expr.args[0].value
+        else:
+            return expr.value if isinstance(expr, cst.Name) else None
+
+
+def _derived(fn: cst.FunctionDef, seeds: set[str], views: bool = False) -> set[str]:
+    """``seeds`` plus the locals bound to (a part or, with ``views``, a view of) one of them."""
+    derived = set(seeds)
+    bindings: list[tuple[cst.CSTNode, cst.BaseExpression]] = []
+    for node in _nodes(fn.body, (cst.Assign, cst.For, cst.WithItem)):
+        if isinstance(node, cst.Assign):
+            bindings += [(t.target, node.value) for t in node.targets]
+        elif isinstance(node, cst.For):
+            bindings.append((node.target, node.iter))
+        elif node.asname is not None:
+            bindings.append((node.asname.name, node.item))
+    changed = True
+    while changed:
+        changed = False
+        for target, value in bindings:
+            values = value.elements if isinstance(value, (cst.Tuple, cst.List)) else [value]
+            if any(_root(getattr(v, "value", v), views) in derived for v in values):
+                for name in _nodes(target, (cst.Name,)):
+                    if name.value not in derived:
+                        derived.add(name.value)
+                        changed = True
+    return derived
+
+
+def _mutates_target(node: cst.CSTNode, derived: set[str]) -> bool:
+    if isinstance(node, cst.Assign):
+        targets = [t.target for t in node.targets]
+    elif isinstance(node, cst.Del):
+        targets = [node.target]
+    else:
+        targets = [node.target]
+    for target in targets:
+        for part in _nodes(target, (cst.Attribute, cst.Subscript, cst.Name)):
+            if isinstance(part, (cst.Attribute, cst.Subscript)) and _root(part) in derived:
+                return True
+        # `x += 1` on a tensor is in place
+        if isinstance(node, cst.AugAssign) and isinstance(target, cst.Name) and target.value in derived:
+            return True
+    return False
+
+
+def _mutating_call(call: cst.Call, derived: set[str]) -> bool:
+    if any(a.keyword is not None and a.keyword.value == "out" for a in call.args):
+        return True
+    func = call.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    in_place = name.endswith("_") and not name.endswith("__") and name.strip("_") != ""
+    if isinstance(func, cst.Attribute) and _root(func.value) in derived and (in_place or name in _MUTATING):
+        return True
+    passes = any(_root(a.value) in derived for a in call.args)
+    return passes and (in_place or name in ("setattr", "delattr"))
+
+
+def _aliases(expr: cst.BaseExpression, names: set[str]) -> bool:
+    if isinstance(expr, (cst.Tuple, cst.List)):
+        return any(_aliases(e.value, names) for e in expr.elements)
+    return _root(expr, views=True) in names
+
+
+# ---- observations ----------------------------------------------------------------------
+
+
+def _kind_ok(spec: ValueSpec, kinds: frozenset[str]) -> bool:
+    if spec.kind not in kinds:
+        return False
+    return all(_kind_ok(i, kinds - {"module"}) for i in spec.items)
+
+
+def _tensors(spec: ValueSpec) -> list[ValueSpec]:
+    return [spec] if spec.kind == "tensor" else [t for i in spec.items for t in _tensors(i)]
+
+
+def _returns(calls: Sequence[ObservedCall]) -> tuple[str, int]:
+    """("tensor", 1), ("tuple", n) or ("list", n): the same in every call, tensors only."""
+    shapes = set()
+    for call in calls:
+        r = call.result
+        if r.kind == "tensor":
+            shapes.add(("tensor", 1))
+        elif r.kind in ("tuple", "list") and r.items and all(i.kind == "tensor" for i in r.items):
+            shapes.add((r.kind, len(r.items)))
+        else:
+            raise _Decline(f"returns a {r.kind}: only tensors can leave an opaque op unfrozen")
+    if len(shapes) != 1:
+        raise _Decline("returns different structures")
+    return shapes.pop()
+
+
+def _outputs(calls: Sequence[ObservedCall], index: int) -> list[ValueSpec]:
+    return [c.result if c.result.kind == "tensor" else c.result.items[index] for c in calls]
+
+
+def _fake_tensor(fn: cst.FunctionDef, calls: Sequence[ObservedCall], index: int) -> str:
+    """``torch.empty(...)`` with the output's shape, dtype and device, each from an
+    argument that matched it in every call, else a constant that never changed."""
+    outs = _outputs(calls, index)
+    ranks = {len(o.shape or ()) for o in outs}
+    if len(ranks) != 1:
+        raise _Decline("the output's rank changes")
+    rank = ranks.pop()
+    order = [n for n, _ in calls[0].args]
+    tensors = [n for n in order if all(dict(c.args)[n].kind == "tensor" for c in calls)]
+    ints = [n for n in order if all(dict(c.args)[n].kind == "int" for c in calls)]
+
+    def arg(call: ObservedCall, name: str) -> ValueSpec:
+        return dict(call.args)[name]
+
+    def always(test: Callable[[ObservedCall, ValueSpec], bool]) -> bool:
+        return all(test(c, o) for c, o in zip(calls, outs))
+
+    dims = []
+    for i in range(rank):
+        found = None
+        # the same dim, then the same dim counted from the end, then any dim of a tensor argument
+        for name in tensors:
+            arg_ranks = {len(arg(c, name).shape or ()) for c in calls}
+            if len(arg_ranks) != 1:
+                continue
+            r = arg_ranks.pop()
+            for j in dict.fromkeys(x for x in (i, r - rank + i, *range(r)) if 0 <= x < r):
+                if always(lambda c, o: arg(c, name).shape[j] == o.shape[i]):
+                    found = f"{name}.shape[{j}]"
+                    break
+            if found:
+                break
+        if found is None:
+            found = next((n for n in ints if always(lambda c, o: arg(c, n).value == o.shape[i])), None)
+        if found is None and always(lambda c, o: o.shape[i] == outs[0].shape[i]):
+            found = str(outs[0].shape[i])
+        if found is None:
+            raise _Decline("an output dimension that no argument predicts")
+        dims.append(found)
+
+    def pick(field: str, constant: Callable[[str], str]) -> str:
+        for name in tensors:
+            if always(lambda c, o: getattr(arg(c, name), field) == getattr(o, field)):
+                return f"{name}.{field}"
+        values = {getattr(o, field) for o in outs}
+        if len(values) != 1 or None in values:
+            raise _Decline(f"the output's {field} changes")
+        return constant(values.pop())
+
+    dtype = pick("dtype", lambda v: v if v.startswith("torch.") else f"torch.{v}")
+    device = pick("device", lambda v: f'"{v}"')
+    shape = f"({dims[0]},)" if rank == 1 else f"({', '.join(dims)})"
+    return f"torch.empty({shape}, dtype={dtype}, device={device})"
+
+
+# ---- annotations -----------------------------------------------------------------------
+
+
+def _observed_type(specs: list[ValueSpec]) -> str | None:
+    """The schema type of a parameter's observed values; None when all were None."""
+    types = set()
+    for s in specs:
+        if s.kind in ("tuple", "list"):
+            items = {i.kind for i in s.items}
+            if len(items) != 1 or next(iter(items)) not in _ITEM_TYPES:
+                raise _Decline("a sequence argument that is empty or not of one item type")
+            types.add(f"list[{_ITEM_TYPES[items.pop()]}]")
+        elif s.kind == "tensor":
+            types.add("torch.Tensor")
+        elif s.kind in _PRIMITIVE:
+            types.add(_PRIMITIVE[s.kind])
+        elif s.kind != "none":
+            raise _Decline(f"an argument of kind {s.kind}")
+    if len(types) > 1:
+        raise _Decline("an argument of several kinds")
+    if not types:
+        return None
+    t = types.pop()
+    return f"{t} | None" if any(s.kind == "none" for s in specs) else t
+
+
+def _annotation(ctx: SiteContext, param: cst.Param, calls: Sequence[ObservedCall]) -> str | None:
+    """The annotation to write on ``param``: None keeps the one it has."""
+    observed = _observed_type([dict(c.args)[param.name.value] for c in calls])
+    if observed is not None and any(s.kind in ("tuple",) for c in calls for n, s in c.args if n == param.name.value):
+        raise _Decline("a tuple argument: the op would pass a list")
+    if param.annotation is None:
+        return observed or "torch.Tensor | None"
+    existing = _canonical(ctx, param.annotation.annotation)
+    if existing is None:
+        raise _Decline("an annotation the op schema may not take")
+    if observed is None:
+        ok = existing.endswith(" | None")
+    else:
+        ok = existing in (observed, f"{observed} | None", f"{observed.removesuffix(' | None')} | None")
+        ok = ok and not (observed.endswith(" | None") and not existing.endswith(" | None"))
+    if not ok:
+        raise _Decline("the annotation disagrees with the observed calls")
+    return None
+
+
+def _return_annotation(ctx: SiteContext, fn: cst.FunctionDef, returns: tuple[str, int]) -> str | None:
+    kind, n = returns
+    wanted = {
+        "tensor": "torch.Tensor",
+        "tuple": f"tuple[{', '.join(['torch.Tensor'] * n)}]",
+        "list": "list[torch.Tensor]",
+    }[kind]
+    if fn.returns is None:
+        return wanted
+    if _canonical(ctx, fn.returns.annotation) != wanted:
+        raise _Decline("the return annotation disagrees with the observed calls")
+    return None
+
+
+def _canonical(ctx: SiteContext, node: cst.BaseExpression) -> str | None:
+    """An annotation in the form ``_observed_type`` writes, or None when it is none of them."""
+    if isinstance(node, (cst.Name, cst.Attribute)):
+        names = qualified_names(ctx, node)
+        if names == {"torch.Tensor"}:
+            return "torch.Tensor"
+        builtin = {f"builtins.{t}": t for t in ("int", "float", "bool", "str")}
+        return builtin.get(next(iter(names)), None) if len(names) == 1 else None
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.BitOr):
+        sides = [node.left, node.right]
+        nones = [s for s in sides if isinstance(s, cst.Name) and s.value == "None"]
+        others = [s for s in sides if s not in nones]
+        if len(nones) == 1 and len(others) == 1:
+            inner = _canonical(ctx, others[0])
+            return None if inner is None or inner.endswith("None") else f"{inner} | None"
+        return None
+    if isinstance(node, cst.Subscript):
+        base = qualified_names(ctx, node.value)
+        args = [e.slice.value for e in node.slice if isinstance(e.slice, cst.Index)]
+        inner = [_canonical(ctx, a) if not (isinstance(a, cst.Name) and a.value == "None") else "None" for a in args]
+        if None in inner:
+            return None
+        if base == {"typing.Optional"} and len(inner) == 1 and inner[0] != "None":
+            return f"{inner[0]} | None"
+        if base == {"typing.Union"} and len(inner) == 2 and inner.count("None") == 1:
+            return f"{next(i for i in inner if i != 'None')} | None"
+        if base & {"builtins.tuple", "typing.Tuple"} and inner and all(i == "torch.Tensor" for i in inner):
+            return f"tuple[{', '.join(inner)}]"
+        seq = {"builtins.list", "typing.List", "typing.Sequence", "collections.abc.Sequence"}
+        if base & seq and len(inner) == 1 and inner[0] in _ITEM_TYPES.values():
+            return f"list[{inner[0]}]"
+    return None
+
+
+def _literal_default(node: cst.BaseExpression) -> bool:
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        node = node.expression
+    return isinstance(node, _LITERAL_DEFAULTS) or (isinstance(node, cst.Name) and node.value in ("None", "True", "False"))
+
+
+# ---- tree walking ----------------------------------------------------------------------
+
+
+def _nodes(node: cst.CSTNode, types: tuple[type, ...]) -> list:
+    """Every node of ``types`` below ``node`` (itself included), nested scopes too."""
+    found: list = []
+
+    class _Walk(cst.CSTVisitor):
+        def on_visit(self, n: cst.CSTNode) -> bool:
+            if isinstance(n, types):
+                found.append(n)
+            return True
+
+    node.visit(_Walk())
+    return found
+
+
+def _own(fn: cst.FunctionDef, types: tuple[type, ...]) -> list:
+    """Nodes of ``types`` in the function's own scope: not in nested defs, lambdas or classes."""
+    found: list = []
+
+    class _Walk(cst.CSTVisitor):
+        def on_visit(self, n: cst.CSTNode) -> bool:
+            if isinstance(n, types):
+                found.append(n)
+            return not isinstance(n, (cst.FunctionDef, cst.Lambda, cst.ClassDef))
+
+    fn.body.visit(_Walk())
+    return found
+
+
+RECIPES = (WrapCustomOp, WrapLeafFunction)
