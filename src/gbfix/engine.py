@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gbfix import edits as edit_ops
-from gbfix import fullgraph, recipes, sources
+from gbfix import escape, fullgraph, recipes, sources
 from gbfix.detect import Prober, RunFailed
 from gbfix.errors import EntryError
 from gbfix.entry import Entry
@@ -491,6 +491,8 @@ class _Session:
                 unsafe = self.unsafe_available(site, locator, caps) if site and not self.opts.unsafe_fixes else None
                 status = "fixable-unsafe" if unsafe else "unfixed"
                 detail = f"fixable with --unsafe-fixes ({unsafe})" if unsafe else reasons.get(key, "no recipe applies")
+                if not unsafe and finding.brk is not None:
+                    detail += f"; by hand: {escape.hatch(finding.brk.root)}"
             out.append(replace(finding, status=status, detail=detail))
         return sorted(out, key=lambda f: (str(f.path or ""), f.line, f.col or 0))
 
