@@ -458,3 +458,49 @@ def test_timing_declines(body, needle):
 def test_timing_declines_warnings_warn():
     src = "import warnings\n\n\ndef f(x):\n    warnings.warn('slow')\n    return x\n"
     assert at(src, "warnings.warn('slow')", SkipTiming, "GB0007") is None
+
+
+# ---- one-hot-num-classes: the width of the tensor the one-hot meets ----------------
+
+DICE = """
+import torch
+import torch.nn.functional as F
+
+
+def dice(logits, target):
+    probs = logits.softmax(dim=1)
+    onehot = F.one_hot(target){chain}
+    return (probs * onehot).sum() / (probs + onehot).sum()
+"""
+
+
+@pytest.mark.parametrize(
+    "chain, width",
+    [
+        (".permute(0, 3, 1, 2).float()", "probs.shape[1]"),  # NHWC one-hot to NCHW
+        (".float()", "probs.shape[-1]"),
+        (".to(probs.dtype).permute(0, 2, 1)", "probs.shape[1]"),
+    ],
+)
+def test_one_hot_width_from_the_tensor_it_meets(chain, width):
+    out = at(DICE.format(chain=chain), "F.one_hot(target)", OneHotNumClasses, "GB0246")
+    assert f"F.one_hot(target, num_classes={width}){chain}\n" in out
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        DICE.format(chain=".permute(0, 3, 1, 2)").replace("    probs = logits.softmax(dim=1)\n", "")
+        .replace("(probs", "(logits.softmax(dim=1)"),  # the partner is no name
+        DICE.format(chain=".view(-1, 3)"),  # axes moved in a way that is not followed
+        DICE.format(chain=".permute(0, k, 1, 2)"),  # not literal axes
+        DICE.format(chain="").replace("    probs = logits.softmax(dim=1)\n", "").replace(
+            "    return", "    probs = logits.softmax(dim=1)\n    return"
+        ),  # the partner is assigned after the call
+        DICE.format(chain="").replace("(probs + onehot)", "(weights + onehot)").replace(
+            "def dice(logits, target)", "def dice(logits, target, weights)"
+        ),  # two different partners
+    ],
+)
+def test_one_hot_width_declines(source):
+    assert at(source, "F.one_hot(target)", OneHotNumClasses, "GB0246") is None

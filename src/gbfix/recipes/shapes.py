@@ -80,6 +80,84 @@ def _root(expr: cst.BaseExpression) -> cst.BaseExpression:
     return expr
 
 
+# Methods that keep the one-hot's axes where they are (dtype changes, copies).
+_SAME_AXES = frozenset({"float", "double", "half", "bfloat16", "long", "int", "to", "type_as", "contiguous", "clone"})
+
+
+def _one_hot_axis(ctx: SiteContext, call: cst.Call) -> tuple[cst.CSTNode, int] | None:
+    """The outermost expression of `F.one_hot(x)` followed by dtype casts and at most
+    one `.permute(...)` of literal axes, and where the class axis ends up in it
+    (-1 without a permute)."""
+    expr: cst.CSTNode = call
+    axis = -1
+    while True:
+        up = ctx.file.parent(expr)
+        method = ctx.file.parent(up) if isinstance(up, cst.Attribute) and up.value is expr else None
+        if not (isinstance(method, cst.Call) and method.func is up):
+            return expr, axis
+        name = up.attr.value
+        if name == "permute" and axis == -1:
+            dims = [a.value for a in method.args]
+            if not dims or any(a.keyword or a.star or not isinstance(d, cst.Integer) for a, d in zip(method.args, dims)):
+                return None
+            order = [int(d.value) for d in dims]
+            if sorted(order) != list(range(len(order))):
+                return None
+            axis = order.index(len(order) - 1)
+        elif name not in _SAME_AXES:
+            return expr, axis
+        expr = method
+
+
+def _partner_width(ctx: SiteContext, fn: cst.FunctionDef, call: cst.Call) -> cst.BaseExpression | None:
+    """`other.shape[axis]` when the one-hot meets a tensor `other` elementwise
+    (`probs * target_one_hot`, Dice losses): the class axes must agree there
+    (or broadcast a width of 1, which the verifier would see). `other` must be
+    a parameter or a name assigned before the call, so it is valid there."""
+    found = _one_hot_axis(ctx, call)
+    if found is None:
+        return None
+    expr, axis = found
+    up = ctx.file.parent(expr)
+    holder: cst.CSTNode = expr
+    if isinstance(up, cst.Assign) and len(up.targets) == 1 and isinstance(up.targets[0].target, cst.Name):
+        holder = up.targets[0].target  # the name the one-hot is kept in
+    partners: set[str] = set()
+    params = {p.name.value for p in (*fn.params.params, *fn.params.posonly_params, *fn.params.kwonly_params)}
+    before = ctx.file.span(call)[0]
+    for node in _walk(fn.body):
+        if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Multiply, cst.Add, cst.Subtract))):
+            continue
+        for mine, other in ((node.left, node.right), (node.right, node.left)):
+            same = mine is expr or (isinstance(holder, cst.Name) and isinstance(mine, cst.Name) and mine.value == holder.value)
+            if same and isinstance(other, cst.Name) and (other.value in params or _assigned_before(fn, other.value, before, ctx)):
+                partners.add(other.value)
+    if len(partners) != 1:
+        return None
+    index = cst.Integer(str(axis)) if axis >= 0 else cst.UnaryOperation(cst.Minus(), cst.Integer("1"))
+    return cst.Subscript(
+        value=cst.Attribute(cst.Name(partners.pop()), cst.Name("shape")),
+        slice=[cst.SubscriptElement(cst.Index(index))],
+    )
+
+
+def _assigned_before(fn: cst.FunctionDef, name: str, at: tuple[int, int], ctx: SiteContext) -> bool:
+    """``name`` is assigned once in the function, by a plain statement before ``at``."""
+    writes = [
+        n
+        for n in _walk(fn.body)
+        if isinstance(n, cst.AssignTarget) and isinstance(n.target, cst.Name) and n.target.value == name
+    ]
+    return len(writes) == 1 and ctx.file.span(writes[0])[0] < at
+
+
+def _walk(node: cst.CSTNode):
+    yield node
+    for child in node.children:
+        if not isinstance(child, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            yield from _walk(child)
+
+
 class OneHotNumClasses(Recipe):
     name = "one-hot-num-classes"
     codes = ("GB0246", "GB0033")  # GB0033: `num_classes=-1` as a keyword reaches the op itself
@@ -102,6 +180,9 @@ class OneHotNumClasses(Recipe):
         if fn is None:
             return None
         found = self._candidates(ctx, fn)
+        if not found:
+            partner = _partner_width(ctx, fn, call)
+            found = {ctx.code(partner): partner} if partner is not None else {}
         if len(found) != 1:
             return None
         (self._count,) = found.values()
