@@ -10,6 +10,7 @@ import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 
+from gbfix import recipes
 from gbfix.locate import ParsedFile
 from gbfix.records import Edit
 
@@ -39,7 +40,7 @@ def apply(parsed: ParsedFile, edits: Iterable[Edit]) -> bytes:
         for mod, name in dict.fromkeys(imports):
             AddImportsVisitor.add_needed_import(context, mod, name)
         module = AddImportsVisitor(context).transform_module(module)
-    return module.bytes
+    return recipes.finalize(module).bytes
 
 
 def code_of(edit: Edit) -> str:

@@ -579,3 +579,22 @@ def test_keep_tensor_passes_the_tensor_for_an_item_field():
     assert rewrite_at(src.replace("loss.item()}", "loss.item()!r}"), PrintToHopKeepTensor, 4, 4, 57, "GB0059") is not None
     plain = 'import torch\n\ndef f(x):\n    print(f"x {x.item()!s}")\n'
     assert rewrite_at(plain, PrintToHopKeepTensor, 4, 4, 27, "GB0059") is None  # nothing to keep: print-to-hop's job
+
+
+def test_numbered_helper_calls_follow_lines_that_a_later_edit_adds_above():
+    """The warn helper's calls carry their own line; an edit above them (a config
+    assignment, a wrapper's fake) moves them, and applying any edit renumbers."""
+    import libcst as cst
+
+    from gbfix import edits
+    from gbfix.locate import ParsedFile
+    from gbfix.records import Break, Cause, Edit, Frame, Site
+    from gbfix.sources import SourceFile
+
+    source = 'import torch\n\n\ndef f(x):\n    _gbfix_warn("careful", "UserWarning", 5)\n    return x\n'
+    parsed = ParsedFile(SourceFile(Path("/virtual/m.py"), source.encode(), source, "utf-8"))
+    anchor = parsed.module.body[0]
+    added = cst.FlattenSentinel([anchor, cst.parse_statement("torch._dynamo.config.capture_scalar_outputs = True\n")])
+    site = Site(Path("/virtual/m.py"), 5, 4, 10, Break((Cause("GB0007", "x", ""),), (Frame("/virtual/m.py", 5, 4, 10, "f"),)))
+    out = edits.apply(parsed, [Edit(1, site, "x", "safe", "", (1, 0), (1, 12), anchor, added)]).decode()
+    assert '    _gbfix_warn("careful", "UserWarning", 6)\n' in out

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib
 
+import libcst as cst
+
 from gbfix.recipes.base import Recipe, Rewrite, SiteContext
 
 _MODULES = (
@@ -42,10 +44,19 @@ def all_recipes() -> tuple[type[Recipe], ...]:
     return tuple(out)
 
 
+def finalize(module: cst.Module) -> cst.Module:
+    """Bring what recipes wrote up to date with the whole edited file: the
+    numbered warn helper's calls carry their own line, which any edit above
+    them moves."""
+    from gbfix.recipes.logging_call import NUMBERED_HELPER, renumber
+
+    return renumber(module) if NUMBERED_HELPER in module.code else module
+
+
 def candidates(code: str, *, unsafe: bool) -> list[type[Recipe]]:
     """Recipes answering a root-cause GB code, safest first, unsafe ones only if allowed."""
     found = [r for r in all_recipes() if code in r.codes and (unsafe or r.safety == "safe")]
     return sorted(found, key=lambda r: r.safety != "safe")
 
 
-__all__ = ["Recipe", "Rewrite", "SiteContext", "all_recipes", "candidates"]
+__all__ = ["Recipe", "Rewrite", "SiteContext", "all_recipes", "candidates", "finalize"]

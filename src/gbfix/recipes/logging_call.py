@@ -257,10 +257,10 @@ def _with_helper(
     context = CodemodContext()
     for name in imports:
         AddImportsVisitor.add_needed_import(context, name)
-    return _renumber(AddImportsVisitor(context).transform_module(module))
+    return renumber(AddImportsVisitor(context).transform_module(module))
 
 
-def _renumber(module: cst.Module) -> cst.Module:
+def renumber(module: cst.Module) -> cst.Module:
     """Each call to the numbered helper with its own line as last argument."""
     wrapper = MetadataWrapper(module)
     positions = wrapper.resolve(PositionProvider)

@@ -9,27 +9,36 @@ returns tensors, the helper can become one opaque node of the graph: the
 compiled caller runs it eagerly at run time, so its effects happen exactly as
 before, once per call, and the graph no longer breaks. The compiler only needs
 to know what it returns; that comes from a fake implementation written from
-the helper's calls in an uncompiled run of the program (``Recipe.observe``):
+the helper's calls in an uncompiled run of the program (``Recipe.observe``)::
 
-    def seeded_noise(like, seed):              @torch.library.custom_op(f"gbfix::seeded_noise_{__name__...}", mutates_args=())
-        torch.manual_seed(seed)          ->    def seeded_noise(like: torch.Tensor, seed: int) -> torch.Tensor:
-        return torch.randn_like(like)              torch.manual_seed(seed)
-                                                   return torch.randn_like(like)
+    def seeded_noise(like, seed):
+        torch.manual_seed(seed)
+        return torch.randn_like(like)
 
-                                               @seeded_noise.register_fake
-                                               def _seeded_noise_fake(like, seed):
-                                                   return torch.empty((like.shape[0], like.shape[1]), dtype=like.dtype, device=like.device)
+becomes::
+
+    @torch.library.custom_op(f"gbfix::seeded_noise_{__name__.replace('.', '_')}", mutates_args=())
+    def seeded_noise(like: torch.Tensor, seed: int) -> torch.Tensor:
+        torch.manual_seed(seed)
+        return torch.randn_like(like)
+
+
+    @seeded_noise.register_fake
+    def _seeded_noise_fake(like, seed):
+        return torch.empty((like.shape[0], like.shape[1]), dtype=like.dtype, device=like.device)
 
 Each output dimension is, in order of preference, a tensor argument's
 dimension that matched it in every observed call (so a new batch size still
-works), an int argument that did, or a constant that did not change; dtypes
-and devices likewise come from an argument or a constant. Anything else is
-declined, never guessed. Two recipes:
+works), an int argument that did, or a constant that did not change. The
+device and a floating dtype likewise come from an argument, else a constant;
+an integer or bool dtype (ids, counts, masks) from the constant first.
+Anything else is declined, never guessed. Two recipes:
 
 - ``wrap-custom-op`` (preferred; any backend, inductor included):
   ``torch.library.custom_op`` on a module-level function. Every argument must
-  be a tensor, int, float, bool, str, None, or a list/tuple of tensors, ints
-  or floats, of one kind in every call; the annotations the schema needs are
+  be a tensor, int, float, bool, str, None, or a list of tensors, ints or
+  floats (a tuple would arrive as a list), of one kind in every call (None
+  aside); the annotations the schema needs are
   added (existing ones are kept, and must agree with the calls). The op has no
   autograd formula: declined when a tensor argument or the result requires
   grad (``register_autograd`` could lift that). Custom ops may not return
@@ -44,9 +53,13 @@ declined, never guessed. Two recipes:
 
 Both need tensor outputs (a tensor, or a tuple/list of them): a Python value
 returned by a leaf function is frozen at compile time, and control flow on a
-value cannot become part of a graph. Both decline when the site is not inside
+value cannot become part of a graph. A call in the file that discards the
+result is declined too: aot_eager and inductor drop an op whose output is
+unused, and its effects with it. Both decline when the site is not inside
 such a function (nested functions, lambdas, decorated, async or generator
-functions, the compiled function itself or a ``forward``), on ``*args``,
+functions, a ``forward``, the compiled function itself: passed to
+``torch.compile`` in the file, or called straight from module-level code or
+from torch in the break's stack), on ``*args``,
 ``**kwargs`` or positional-only parameters, on ``global``/``nonlocal``, and on
 what a wrapped call would do differently: mutating an argument or module
 state (in-place ``*_`` methods, item/attribute assignment, ``append``,
@@ -58,7 +71,10 @@ an attribute visibly (the fake says a fresh tensor).
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import ClassVar
 
 import libcst as cst
@@ -67,17 +83,16 @@ from gbfix.recipes.base import Recipe, Replacement, SiteContext
 from gbfix.recipes.print_call import global_bindings, qualified_names
 from gbfix.records import ObservedCall, ValueSpec
 
-# Methods and torch functions whose result may share memory with their receiver / first argument.
+# Methods whose result may share memory with their receiver.
 _VIEWS = frozenset(
     "view view_as reshape reshape_as flatten unflatten squeeze unsqueeze t transpose permute expand expand_as"
     " narrow select unbind split chunk tensor_split detach contiguous to type float double half bfloat16 int"
     " long bool cpu cuda as_strided diagonal movedim moveaxis swapaxes swapdims unfold view_as_real"
-    " view_as_complex broadcast_to numpy data".split()
+    " view_as_complex broadcast_to numpy".split()
 )
-_VIEW_ATTRS = frozenset({"T", "mT", "H", "mH", "data", "real", "imag"})
 # Methods that change their receiver (besides the in-place ``*_`` ones).
 _MUTATING = frozenset(
-    "append extend insert pop remove clear update setdefault add discard popitem sort reverse"
+    "append extend insert pop remove clear update setdefault popitem"
     " register_buffer register_parameter register_module add_module apply".split()
 )
 _BUILTIN_PASS_THROUGH = frozenset("enumerate zip iter reversed list tuple sorted next".split())
@@ -90,6 +105,8 @@ _TRACE_AWARE = frozenset(
 _LITERAL_DEFAULTS = (cst.Integer, cst.Float, cst.SimpleString)
 _PRIMITIVE = {"int": "int", "float": "float", "bool": "bool", "str": "str"}
 _ITEM_TYPES = {"tensor": "torch.Tensor", "int": "int", "float": "float"}
+_MAX_ITEMS = 64  # the observer describes the first 64 items of a sequence
+_FLOATING = re.compile(r"(torch\.)?(float|bfloat|half|double|complex|cfloat|cdouble)")
 
 
 class _Decline(Exception):
@@ -121,7 +138,7 @@ class _Wrap(Recipe):
             self._check_calls(fn, calls)
             self._returns = _returns(calls)
             self._check_state(ctx, fn, calls)
-            self._fakes = [_fake_tensor(fn, calls, i) for i in range(len(self._returns))]
+            self._fakes = [_fake_tensor(calls, i) for i in range(self._returns[1])]
             self._prepare(ctx, fn, calls)
         except _Decline:
             return None
@@ -141,19 +158,23 @@ class _Wrap(Recipe):
         fake = _parse_def(
             f"@{fn.name.value}.register_fake\n"
             f"def {_fake_name(fn)}({_plain_params(fn)}):\n"
-            f"    # Added by gbfix: what {fn.name.value} returns (shapes, dtypes, devices), as"
-            f" {len(self._calls)} call{'s' if len(self._calls) > 1 else ''} in an uncompiled run showed.\n"
+            f"    # Added by gbfix: the shapes, dtypes and devices of what {fn.name.value} returned"
+            f" in {len(self._calls)} uncompiled call{'s' if len(self._calls) > 1 else ''}.\n"
             f"    return {self._fake_result()}\n"
         )
-        blank = [cst.EmptyLine()] * (1 if self._in_class else 2)
+        blank = [cst.EmptyLine(indent=False)] * (1 if self._in_class else 2)
         return cst.FlattenSentinel([self._decorate(fn), fake.with_changes(leading_lines=blank)])
 
     def _fake_result(self) -> str:
-        kind, items = self._returns
+        kind = self._returns[0]
         if kind == "tensor":
             return self._fakes[0]
-        joined = ", ".join(self._fakes)
-        return f"[{joined}]" if kind == "list" else f"({joined}{',' if len(self._fakes) == 1 else ''})"
+        opening, closing = "[]" if kind == "list" else "()"
+        joined = ", ".join(self._fakes) + ("," if len(self._fakes) == 1 and kind == "tuple" else "")
+        if len(joined) <= 80:
+            return f"{opening}{joined}{closing}"
+        # one output a line (libcst adds a class body's indentation)
+        return opening + "".join(f"\n        {f}," for f in self._fakes) + f"\n    {closing}"
 
     # ---- the function ----
 
@@ -167,7 +188,9 @@ class _Wrap(Recipe):
             raise _Decline("not a module-level function")
         if fn.decorators or fn.asynchronous or _own(fn, (cst.Yield,)):
             raise _Decline("decorated, async or a generator")
-        if fn.name.value in ("forward", "__call__") or fn.name.value.startswith("__") or _compiled(ctx, fn):
+        if fn.name.value in ("forward", "__call__") or fn.name.value.startswith("__"):
+            raise _Decline("a module's forward, or a special method")
+        if _compiled(ctx, fn) or _entered_from_eager(ctx):
             raise _Decline("the compiled function itself")
         params = fn.params
         if isinstance(params.star_arg, cst.Param) or params.star_kwarg is not None or params.posonly_params:
@@ -180,6 +203,8 @@ class _Wrap(Recipe):
             raise _Decline("a warning attributed to a caller")
         if _names_taken(ctx, fn):
             raise _Decline("the function's name is rebound, or the fake's is taken")
+        if _result_dropped(ctx, fn):
+            raise _Decline("a call discards the result")
         return fn
 
     def _check_calls(self, fn: cst.FunctionDef, calls: Sequence[ObservedCall]) -> None:
@@ -193,25 +218,19 @@ class _Wrap(Recipe):
 
     def _check_state(self, ctx: SiteContext, fn: cst.FunctionDef, calls: Sequence[ObservedCall]) -> None:
         """No visible mutation of what the caller passed (or of ``self``); no aliasing return."""
-        mutable = {n for call in calls for n, s in call.args if s.kind in ("tensor", "list", "tuple", "module", "other")}
-        derived = _derived(fn, mutable)
-        for node in _nodes(fn.body, (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Del)):
-            if _mutates_target(node, derived):
-                raise _Decline("assigns into an argument or module state")
-        for call in _nodes(fn.body, (cst.Call,)):
-            if _mutating_call(call, derived):
-                raise _Decline("mutates an argument or module state")
-        params = {p.name.value for p in _all_params(fn)}
-        module_names = {n for n in _module_bindings(ctx)}
-        for ret in _own(fn, (cst.Return,)):
-            if ret.value is None or _aliases(ret.value, _derived(fn, params | (module_names - params), views=True)):
-                raise _Decline("returns an argument, a global or a view of one")
+        flow = _Flow(ctx, fn)
+        mutable = {n for call in calls for n, s in call.args if s.kind not in ("int", "float", "bool", "str", "none")}
+        if flow.mutates(mutable):
+            raise _Decline("mutates an argument or module state")
+        held = flow.derived({p.name.value for p in _all_params(fn)} | flow.globals)
+        if any(r.value is None or flow.aliases(r.value, held) for r in _own(fn, (cst.Return,))):
+            raise _Decline("returns an argument, a global or a view of one")
 
 
 class WrapCustomOp(_Wrap):
     name = "wrap-custom-op"
     requires = frozenset({"custom_op"})
-    summary = "make the function holding the untraceable call a custom op, with a fake implementation from its observed calls"
+    summary = "make the function around the untraceable call a custom op, with a fake from its observed calls"
     methods = False
     kinds = frozenset({"tensor", "int", "float", "bool", "str", "none", "list", "tuple"})
 
@@ -227,28 +246,28 @@ class WrapCustomOp(_Wrap):
         self._return_annotation = _return_annotation(ctx, fn, self._returns)
 
     def _decorate(self, fn: cst.FunctionDef) -> cst.FunctionDef:
-        op = fn.name.value.lstrip("_")
+        op = fn.name.value.lstrip("_")  # an op name starting with `__` is mangled in inductor's code
         # Named after the module at run time, as several modules may wrap a function of one name.
-        decorator = cst.Decorator(
-            cst.parse_expression(
-                f"torch.library.custom_op(f\"gbfix::{op}_{{__name__.replace('.', '_')}}\", mutates_args=())"
-            )
-        )
+        decorator = f"torch.library.custom_op(f\"gbfix::{op}_{{__name__.replace('.', '_')}}\", mutates_args=())"
+        annotations = self._annotations
 
         class _Annotate(cst.CSTTransformer):
-            def leave_Param(_, original: cst.Param, updated: cst.Param) -> cst.Param:
-                new = self._annotations.get(original.name.value)
-                return updated if new is None else updated.with_changes(annotation=cst.Annotation(new))
+            def leave_Param(self, original: cst.Param, updated: cst.Param) -> cst.Param:
+                new = annotations.get(original.name.value)
+                if new is None:
+                    return updated
+                return updated.with_changes(annotation=_annotation_node(new), equal=_equal(updated, " "))
 
-        params = fn.params.visit(_Annotate())
-        returns = fn.returns if self._return_annotation is None else cst.Annotation(self._return_annotation)
-        return fn.with_changes(decorators=[decorator], params=params, returns=returns)
+        returns = fn.returns if self._return_annotation is None else _annotation_node(self._return_annotation)
+        decorators = [cst.Decorator(cst.parse_expression(decorator))]
+        annotated = fn.with_changes(decorators=decorators, params=fn.params.visit(_Annotate()), returns=returns)
+        return _one_param_a_line(annotated)
 
 
 class WrapLeafFunction(_Wrap):
     name = "wrap-leaf-function"
     requires = frozenset({"leaf_function"})
-    summary = "make the function holding the untraceable call a leaf_function, with a fake implementation from its observed calls"
+    summary = "make the function around the untraceable call a leaf_function, with a fake from its observed calls"
     methods = True
     kinds = frozenset({"tensor", "int", "float", "bool", "str", "none", "list", "tuple", "module"})
 
@@ -260,7 +279,8 @@ class WrapLeafFunction(_Wrap):
                 raise _Decline("the result's gradient would come from a closed-over tensor")
 
     def _decorate(self, fn: cst.FunctionDef) -> cst.FunctionDef:
-        return fn.with_changes(decorators=[cst.Decorator(cst.parse_expression("torch._dynamo.decorators.leaf_function"))])
+        leaf = cst.parse_expression("torch._dynamo.decorators.leaf_function")
+        return fn.with_changes(decorators=[cst.Decorator(leaf)])
 
 
 # ---- where the function is -------------------------------------------------------------
@@ -281,9 +301,33 @@ def _compiled(ctx: SiteContext, fn: cst.FunctionDef) -> bool:
     for call in _nodes(ctx.module, (cst.Call,)):
         if call.args and qualified_names(ctx, call.func) == {"torch.compile"}:
             target = call.args[0].value
-            last = target.attr.value if isinstance(target, cst.Attribute) else getattr(target, "value", None)
-            if last == fn.name.value:
+            if isinstance(target, cst.Attribute):
+                target = target.attr
+            if isinstance(target, cst.Name) and target.value == fn.name.value:
                 return True
+    return False
+
+
+def _entered_from_eager(ctx: SiteContext) -> bool:
+    """The break's frame was called by module-level code or by torch (a compiled
+    module's ``__call__``, a hook): Dynamo compiled that frame itself, the root of
+    its region, so wrapping it would leave nothing to compile. (A function
+    compiled in another file is found this way, ``_compiled`` finds the others.)"""
+    stack = ctx.site.brk.stack
+    at = [i for i, f in enumerate(stack) if f.line == ctx.site.line and Path(os.path.realpath(f.file)) == ctx.site.path]
+    if not at or at[-1] == 0:
+        return False  # no caller recorded
+    caller = stack[at[-1] - 1]
+    return caller.name == "<module>" or "torch" in Path(caller.file).parts
+
+
+def _result_dropped(ctx: SiteContext, fn: cst.FunctionDef) -> bool:
+    """A call in this file discards the function's result: the compiler would drop the
+    op as dead code (aot_eager and inductor do), and its effects with it."""
+    for call in _nodes(ctx.module, (cst.Call,)):
+        func = call.func.attr if isinstance(call.func, cst.Attribute) else call.func
+        if isinstance(func, cst.Name) and func.value == fn.name.value and isinstance(ctx.file.parent(call), cst.Expr):
+            return True
     return False
 
 
@@ -304,11 +348,6 @@ def _bound_name(stmt: cst.CSTNode) -> str | None:
     return None
 
 
-def _module_bindings(ctx: SiteContext) -> set[str]:
-    scope = ctx.file.scopes.get(ctx.module)
-    return set() if scope is None else {a.name for a in scope.assignments}
-
-
 def _fake_name(fn: cst.FunctionDef) -> str:
     return f"_{fn.name.value.lstrip('_')}_fake"
 
@@ -322,9 +361,32 @@ def _plain_params(fn: cst.FunctionDef) -> str:
 
     class _Strip(cst.CSTTransformer):
         def leave_Param(self, original: cst.Param, updated: cst.Param) -> cst.Param:
-            return updated.with_changes(annotation=None)
+            return updated.with_changes(annotation=None, equal=_equal(updated, ""))
 
     return cst.Module([]).code_for_node(fn.params.visit(_Strip()))
+
+
+def _one_param_a_line(fn: cst.FunctionDef) -> cst.FunctionDef:
+    """A module-level def whose annotated header grew past 100 characters, laid out one parameter a line."""
+    code = cst.Module([]).code_for_node
+    returns = f" -> {code(fn.returns.annotation)}" if fn.returns is not None else ""
+    params = code(fn.params)
+    if len(f"def {fn.name.value}({params}){returns}:") <= 100 or "\n" in params:
+        return fn
+    items = [code(p.with_changes(comma=cst.MaybeSentinel.DEFAULT)) for p in fn.params.params]
+    kwonly = [code(p.with_changes(comma=cst.MaybeSentinel.DEFAULT)) for p in fn.params.kwonly_params]
+    items += ["*", *kwonly] if kwonly else []
+    header = cst.parse_statement(f"def f(\n{''.join(f'    {i},{chr(10)}' for i in items)}){returns}:\n    pass\n")
+    assert isinstance(header, cst.FunctionDef)
+    return fn.with_changes(params=header.params, whitespace_before_params=header.whitespace_before_params)
+
+
+def _equal(param: cst.Param, space: str) -> cst.AssignEqual | cst.MaybeSentinel:
+    """The ``=`` before a default, spaced as PEP 8 has it with (" ") or without ("") an annotation."""
+    if param.default is None:
+        return param.equal
+    ws = cst.SimpleWhitespace(space)
+    return cst.AssignEqual(whitespace_before=ws, whitespace_after=ws)
 
 
 def _parse_def(code: str) -> cst.FunctionDef:
@@ -346,85 +408,102 @@ def _warns_above(ctx: SiteContext, call: cst.Call) -> bool:
 # ---- state: mutation and aliasing ------------------------------------------------------
 
 
-def _root(expr: cst.BaseExpression, views: bool = False) -> str | None:
-    """The name an expression reaches through attributes, subscripts and method calls
-    (only alias-returning ones when ``views``), and through enumerate/zip/... of one."""
-    while True:
-        if isinstance(expr, cst.Attribute):
-            if views and expr.attr.value not in _VIEW_ATTRS and not isinstance(expr.value, cst.Name):
-                return None
-            expr = expr.value
-        elif isinstance(expr, cst.Subscript):
-            expr = expr.value
-        elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
-            if views and expr.func.attr.value not in _VIEWS:
-                return None
-            expr = expr.func.value
-        elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.args:
-            if expr.func.value not in _BUILTIN_PASS_THROUGH:
-                return None
-            expr = expr.args[0].value
-        else:
-            return expr.value if isinstance(expr, cst.Name) else None
+class _Flow:
+    """Which names of one function may hold an object the caller also holds (or a
+    part or view of one), and what the function does to them."""
 
+    def __init__(self, ctx: SiteContext, fn: cst.FunctionDef) -> None:
+        self.fn = fn
+        scope = ctx.file.scopes.get(ctx.module)
+        assignments = [] if scope is None else list(scope.assignments)
+        self.modules = {a.name for a in assignments if isinstance(a.node, (cst.Import, cst.ImportFrom))}
+        own = ctx.file.scopes.get(fn.body.body[0]) if fn.body.body else None
+        local = set() if own is None else {a.name for a in own.assignments}
+        # the module's globals the function can see (not shadowed by its locals), imports aside
+        self.globals = {a.name for a in assignments} - local - self.modules
 
-def _derived(fn: cst.FunctionDef, seeds: set[str], views: bool = False) -> set[str]:
-    """``seeds`` plus the locals bound to (a part or, with ``views``, a view of) one of them."""
-    derived = set(seeds)
-    bindings: list[tuple[cst.CSTNode, cst.BaseExpression]] = []
-    for node in _nodes(fn.body, (cst.Assign, cst.For, cst.WithItem)):
-        if isinstance(node, cst.Assign):
-            bindings += [(t.target, node.value) for t in node.targets]
-        elif isinstance(node, cst.For):
-            bindings.append((node.target, node.iter))
-        elif node.asname is not None:
-            bindings.append((node.asname.name, node.item))
-    changed = True
-    while changed:
-        changed = False
-        for target, value in bindings:
-            values = value.elements if isinstance(value, (cst.Tuple, cst.List)) else [value]
-            if any(_root(getattr(v, "value", v), views) in derived for v in values):
-                for name in _nodes(target, (cst.Name,)):
-                    if name.value not in derived:
-                        derived.add(name.value)
-                        changed = True
-    return derived
+    def root(self, expr: cst.BaseExpression) -> str | None:
+        """The name an expression may be (part or view of): through attributes,
+        subscripts, alias-returning methods (``x.view(...)``, ``torch.flatten(x)``)
+        and ``enumerate``/``zip``/... of one. None: a fresh value (``x.sum()``, ``self.proj(x)``)."""
+        while True:
+            if isinstance(expr, (cst.Attribute, cst.Subscript)):  # `self.cache`, `x.T`, `x[0]`
+                expr = expr.value
+            elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _VIEWS:
+                receiver = self.root(expr.func.value)
+                if receiver not in self.modules:
+                    return receiver
+                if not expr.args:  # `torch.flatten(x)`: the function form
+                    return None
+                expr = expr.args[0].value
+            elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.args:
+                if expr.func.value not in _BUILTIN_PASS_THROUGH:
+                    return None
+                expr = expr.args[0].value
+            else:
+                return expr.value if isinstance(expr, cst.Name) else None
 
+    def derived(self, seeds: set[str]) -> set[str]:
+        """``seeds`` plus the locals bound to one of them (or a part or view of one)."""
+        derived = set(seeds)
+        bindings: list[tuple[cst.CSTNode, cst.BaseExpression]] = []
+        for node in _nodes(self.fn.body, (cst.Assign, cst.For, cst.WithItem)):
+            if isinstance(node, cst.Assign):
+                bindings += [(t.target, node.value) for t in node.targets]
+            elif isinstance(node, cst.For):
+                bindings.append((node.target, node.iter))
+            elif node.asname is not None:
+                bindings.append((node.asname.name, node.item))
+        changed = True
+        while changed:
+            changed = False
+            for target, value in bindings:
+                values = [e.value for e in value.elements] if isinstance(value, (cst.Tuple, cst.List)) else [value]
+                if any(self.root(v) in derived for v in values):
+                    for name in _nodes(target, (cst.Name,)):
+                        if name.value not in derived:
+                            derived.add(name.value)
+                            changed = True
+        return derived
 
-def _mutates_target(node: cst.CSTNode, derived: set[str]) -> bool:
-    if isinstance(node, cst.Assign):
-        targets = [t.target for t in node.targets]
-    elif isinstance(node, cst.Del):
-        targets = [node.target]
-    else:
-        targets = [node.target]
-    for target in targets:
-        for part in _nodes(target, (cst.Attribute, cst.Subscript, cst.Name)):
-            if isinstance(part, (cst.Attribute, cst.Subscript)) and _root(part) in derived:
+    def mutates(self, seeds: set[str]) -> bool:
+        """Item/attribute assignment, ``+=``, an in-place or mutating method, ``out=``, on one of ``seeds``."""
+        derived = self.derived(seeds)
+        for node in _nodes(self.fn.body, (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Del)):
+            targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            for target in _unpacked(targets):
+                if isinstance(target, (cst.Attribute, cst.Subscript)) and self.root(target) in derived:
+                    return True
+                # `x += 1` on a tensor is in place
+                if isinstance(node, cst.AugAssign) and isinstance(target, cst.Name) and target.value in derived:
+                    return True
+        for call in _nodes(self.fn.body, (cst.Call,)):
+            if any(a.keyword is not None and a.keyword.value == "out" for a in call.args):
                 return True
-        # `x += 1` on a tensor is in place
-        if isinstance(node, cst.AugAssign) and isinstance(target, cst.Name) and target.value in derived:
-            return True
-    return False
+            func = call.func
+            name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", "")
+            in_place = name.endswith("_") and not name.endswith("__") and name.strip("_") != ""
+            if isinstance(func, cst.Attribute) and self.root(func.value) in derived and (in_place or name in _MUTATING):
+                return True
+            if (in_place or name in ("setattr", "delattr")) and any(self.root(a.value) in derived for a in call.args):
+                return True  # `torch.nn.init.zeros_(w)`, `setattr(self, ...)`
+        return False
+
+    def aliases(self, expr: cst.BaseExpression, names: set[str]) -> bool:
+        if isinstance(expr, (cst.Tuple, cst.List)):
+            return any(self.aliases(e.value, names) for e in expr.elements)
+        return self.root(expr) in names
 
 
-def _mutating_call(call: cst.Call, derived: set[str]) -> bool:
-    if any(a.keyword is not None and a.keyword.value == "out" for a in call.args):
-        return True
-    func = call.func
-    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
-    in_place = name.endswith("_") and not name.endswith("__") and name.strip("_") != ""
-    if isinstance(func, cst.Attribute) and _root(func.value) in derived and (in_place or name in _MUTATING):
-        return True
-    passes = any(_root(a.value) in derived for a in call.args)
-    return passes and (in_place or name in ("setattr", "delattr"))
-
-
-def _aliases(expr: cst.BaseExpression, names: set[str]) -> bool:
-    if isinstance(expr, (cst.Tuple, cst.List)):
-        return any(_aliases(e.value, names) for e in expr.elements)
-    return _root(expr, views=True) in names
+def _unpacked(targets: list[cst.BaseExpression]) -> list[cst.BaseExpression]:
+    """Assignment targets with tuple/list unpacking flattened."""
+    out: list[cst.BaseExpression] = []
+    for t in targets:
+        if isinstance(t, (cst.Tuple, cst.List)):
+            out += _unpacked([e.value for e in t.elements])
+        else:
+            out.append(t)
+    return out
 
 
 # ---- observations ----------------------------------------------------------------------
@@ -447,7 +526,7 @@ def _returns(calls: Sequence[ObservedCall]) -> tuple[str, int]:
         r = call.result
         if r.kind == "tensor":
             shapes.add(("tensor", 1))
-        elif r.kind in ("tuple", "list") and r.items and all(i.kind == "tensor" for i in r.items):
+        elif r.kind in ("tuple", "list") and 0 < len(r.items) < _MAX_ITEMS and all(i.kind == "tensor" for i in r.items):
             shapes.add((r.kind, len(r.items)))
         else:
             raise _Decline(f"returns a {r.kind}: only tensors can leave an opaque op unfrozen")
@@ -460,7 +539,7 @@ def _outputs(calls: Sequence[ObservedCall], index: int) -> list[ValueSpec]:
     return [c.result if c.result.kind == "tensor" else c.result.items[index] for c in calls]
 
 
-def _fake_tensor(fn: cst.FunctionDef, calls: Sequence[ObservedCall], index: int) -> str:
+def _fake_tensor(calls: Sequence[ObservedCall], index: int) -> str:
     """``torch.empty(...)`` with the output's shape, dtype and device, each from an
     argument that matched it in every call, else a constant that never changed."""
     outs = _outputs(calls, index)
@@ -478,21 +557,21 @@ def _fake_tensor(fn: cst.FunctionDef, calls: Sequence[ObservedCall], index: int)
     def always(test: Callable[[ObservedCall, ValueSpec], bool]) -> bool:
         return all(test(c, o) for c, o in zip(calls, outs))
 
+    arg_rank = {n: len(arg(calls[0], n).shape or ()) for n in tensors}
+    tensors = [n for n in tensors if all(len(arg(c, n).shape or ()) == arg_rank[n] for c in calls)]
     dims = []
     for i in range(rank):
-        found = None
-        # the same dim, then the same dim counted from the end, then any dim of a tensor argument
-        for name in tensors:
-            arg_ranks = {len(arg(c, name).shape or ()) for c in calls}
-            if len(arg_ranks) != 1:
-                continue
-            r = arg_ranks.pop()
-            for j in dict.fromkeys(x for x in (i, r - rank + i, *range(r)) if 0 <= x < r):
-                if always(lambda c, o: arg(c, name).shape[j] == o.shape[i]):
-                    found = f"{name}.shape[{j}]"
-                    break
-            if found:
-                break
+        # a tensor argument's same dim, then its same dim counted from the end, then any of its dims
+        candidates = [
+            *((n, i) for n in tensors),
+            *((n, arg_rank[n] - rank + i) for n in tensors),
+            *((n, j) for n in tensors for j in range(arg_rank[n])),
+        ]
+        candidates = [(n, j) for n, j in candidates if 0 <= j < arg_rank[n]]
+        found = next(
+            (f"{n}.shape[{j}]" for n, j in candidates if always(lambda c, o: arg(c, n).shape[j] == o.shape[i])),
+            None,
+        )
         if found is None:
             found = next((n for n in ints if always(lambda c, o: arg(c, n).value == o.shape[i])), None)
         if found is None and always(lambda c, o: o.shape[i] == outs[0].shape[i]):
@@ -501,16 +580,22 @@ def _fake_tensor(fn: cst.FunctionDef, calls: Sequence[ObservedCall], index: int)
             raise _Decline("an output dimension that no argument predicts")
         dims.append(found)
 
-    def pick(field: str, constant: Callable[[str], str]) -> str:
+    def pick(field: str, constant: Callable[[str], str], fixed_first: bool = False) -> str:
+        values = {getattr(o, field) for o in outs}
+        fixed = constant(next(iter(values))) if len(values) == 1 and None not in values else None
+        if fixed_first and fixed is not None:
+            return fixed
         for name in tensors:
             if always(lambda c, o: getattr(arg(c, name), field) == getattr(o, field)):
                 return f"{name}.{field}"
-        values = {getattr(o, field) for o in outs}
-        if len(values) != 1 or None in values:
+        if fixed is None:
             raise _Decline(f"the output's {field} changes")
-        return constant(values.pop())
+        return fixed
 
-    dtype = pick("dtype", lambda v: v if v.startswith("torch.") else f"torch.{v}")
+    # Integer and bool outputs (ids, counts, masks) keep their dtype whatever the
+    # inputs'; floating ones usually follow an input's (a float16 model's).
+    floating = all(_FLOATING.match(o.dtype or "") for o in outs)
+    dtype = pick("dtype", lambda v: v if v.startswith("torch.") else f"torch.{v}", fixed_first=not floating)
     device = pick("device", lambda v: f'"{v}"')
     shape = f"({dims[0]},)" if rank == 1 else f"({', '.join(dims)})"
     return f"torch.empty({shape}, dtype={dtype}, device={device})"
@@ -543,22 +628,23 @@ def _observed_type(specs: list[ValueSpec]) -> str | None:
 
 
 def _annotation(ctx: SiteContext, param: cst.Param, calls: Sequence[ObservedCall]) -> str | None:
-    """The annotation to write on ``param``: None keeps the one it has."""
-    observed = _observed_type([dict(c.args)[param.name.value] for c in calls])
-    if observed is not None and any(s.kind in ("tuple",) for c in calls for n, s in c.args if n == param.name.value):
+    """The annotation to write on ``param``: None keeps the one it has.
+
+    A parameter that was None in every call gets ``torch.Tensor | None`` (what
+    such a parameter usually is) unless it is annotated."""
+    specs = [dict(c.args)[param.name.value] for c in calls]
+    if any(s.kind == "tuple" for s in specs):
         raise _Decline("a tuple argument: the op would pass a list")
+    observed = _observed_type(specs)
     if param.annotation is None:
         return observed or "torch.Tensor | None"
     existing = _canonical(ctx, param.annotation.annotation)
-    if existing is None:
-        raise _Decline("an annotation the op schema may not take")
     if observed is None:
-        ok = existing.endswith(" | None")
+        fits = existing is not None and existing.endswith(" | None")
     else:
-        ok = existing in (observed, f"{observed} | None", f"{observed.removesuffix(' | None')} | None")
-        ok = ok and not (observed.endswith(" | None") and not existing.endswith(" | None"))
-    if not ok:
-        raise _Decline("the annotation disagrees with the observed calls")
+        fits = existing in (observed, f"{observed} | None")
+    if not fits:
+        raise _Decline("the annotation disagrees with the observed calls, or the op schema cannot take it")
     return None
 
 
@@ -610,10 +696,15 @@ def _canonical(ctx: SiteContext, node: cst.BaseExpression) -> str | None:
     return None
 
 
+def _annotation_node(code: str) -> cst.Annotation:
+    return cst.Annotation(cst.parse_expression(code))
+
+
 def _literal_default(node: cst.BaseExpression) -> bool:
     if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
         node = node.expression
-    return isinstance(node, _LITERAL_DEFAULTS) or (isinstance(node, cst.Name) and node.value in ("None", "True", "False"))
+    constant = isinstance(node, cst.Name) and node.value in ("None", "True", "False")
+    return constant or isinstance(node, _LITERAL_DEFAULTS)
 
 
 # ---- tree walking ----------------------------------------------------------------------
