@@ -27,7 +27,8 @@ class SourceFile:
         return "@generated" in self.text[:2000]
 
 
-def _iter_py(root: Path):
+def python_files(root: Path):
+    """The .py files under ``root`` (or ``root`` itself), skipping virtualenvs and caches."""
     if root.is_file():
         yield root
         return
@@ -62,7 +63,7 @@ def collect(paths: list[Path]) -> dict[Path, SourceFile]:
             raise GbfixError(f"{p}: no such file or directory")
         if p.is_file() and p.suffix != ".py":
             raise GbfixError(f"{p}: not a Python file")
-        for f in _iter_py(p):
+        for f in python_files(p):
             files.setdefault(f.resolve(), read(f))
     return files
 
