@@ -96,7 +96,9 @@ class _Session:
         self.where: dict[int, tuple] = {}  # edit id -> its site's key in the original files
         self.seen: dict[tuple, Finding] = {}  # every site seen, by original key
         self.notes: list[str] = []
-        self.hopeless: set[tuple] = set()  # original keys of sites no recipe could fix
+        # Sites no recipe could fix: original key -> the version of its file then. A
+        # later edit to that file (a loop rewritten, a config set) may make one fixable.
+        self.hopeless: dict[tuple, int] = {}
         self.noise: Noise | None = None  # run-to-run differences of the original, once measured
         self.own_reference: RunResult | None = None  # the original on its own backend, if needed
         self.uncompiled: RunResult | None = None  # the original with Dynamo off, if needed
@@ -333,7 +335,7 @@ class _Session:
             site = rnd.locator.site(brk)
             if site is not None:
                 key = self.note_site(site)
-                if key not in self.hopeless:
+                if self.hopeless.get(key) != self._generation(site.path):
                     rnd.sites.setdefault(site_key(site), site)
         self.observe(list(rnd.sites.values()), rnd.locator, caps)
         queue = {}
@@ -342,7 +344,7 @@ class _Session:
             if edits:
                 queue[key] = edits
             else:
-                self.hopeless.add(self.original_key(site))
+                self.hopeless[self.original_key(site)] = self._generation(site.path)
         accepted: list[Edit] = []
         last: RunResult | None = None
         while queue:
@@ -376,7 +378,7 @@ class _Session:
                 else:
                     queue.pop(key)
                     if ident not in done:
-                        self.hopeless.add(self.original_key(eds[0].site))
+                        self.hopeless[self.original_key(eds[0].site)] = self._generation(eds[0].path)
         if accepted and self.check_own_backend:
             kept: list[Edit] = []
             own = self.own_settle(accepted, kept, rnd.locator)

@@ -23,6 +23,7 @@ _MODULES = (
     "explicit_break",
     "shapes",
     "dispatch",
+    "expert_loop",
     "copying",
     "timing",
     "generator",
