@@ -269,7 +269,8 @@ class _Session:
             return None
         diff = self.behaviour_diff(result, _tolerated(accepted + good))
         if diff is None and not bad:
-            rnd.revealed |= {(tb.path, tb.at.line, tb.code) for tb in placed if not tb.at.rewritten}
+            rnd.present = {(tb.path, tb.at.line, tb.code) for tb in placed if not tb.at.rewritten}
+            rnd.revealed |= rnd.present
             accepted.extend(good)
             self.outcomes.extend(Outcome(e, "applied") for e in good)
             return result
@@ -366,6 +367,10 @@ class _Session:
             group, _ = edit_ops.non_overlapping(heads)
             group = [e for e in group if not _is_global(e)] or group[:1]
             last = self.settle(group, accepted, rnd) or last
+            if rnd.present is not None:  # sites an accepted edit fixed on the way need no edit of their own
+                for key in [k for k, eds in queue.items() if (eds[0].path, eds[0].site.line, eds[0].site.code) not in rnd.present]:
+                    if _edit_identity(queue[key][0]) not in {_edit_identity(e) for e in group}:
+                        queue.pop(key)
             tried = {_edit_identity(e): e for e in group}
             done = {_edit_identity(e) for e in accepted}
             for key, eds in list(queue.items()):
@@ -507,6 +512,7 @@ class _Round:
     targets: set[Path]
     sites: dict[tuple, Site] = field(default_factory=dict)
     revealed: set[tuple] = field(default_factory=set)  # (path, line, code) of breaks in accepted trials
+    present: set[tuple] | None = None  # the same, of the latest accepted trial: what still breaks
 
     def codes_in(self, edit: Edit) -> set[str]:
         """Codes that broke inside the edit's span or on its site's line before it (besides its own site)."""
