@@ -23,6 +23,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from gbfix.recipes.base import Recipe, Replacement, SiteContext
+from gbfix.recipes.tree import contains, param_names, variable_names, walk
 
 _WIDTH = 88  # longer generated calls get one argument a line, as black would lay them out
 # Calls that return a boolean tensor: a test made of them needs no proof that it is a tensor.
@@ -33,7 +34,7 @@ _BOOL_CALLS = frozenset(
 # Reductions over all elements: a 0-dim tensor, usable as a scalar operand.
 _REDUCTIONS = frozenset("sum mean max min amax amin norm std var prod nansum nanmean".split())
 # Calls that are never pure: randomness, host syncs, I/O, logging, container mutation.
-_IMPURE_CALLS = frozenset(
+IMPURE_CALLS = frozenset(
     "bernoulli multinomial rand randn randint randperm rand_like randn_like randint_like normal"
     " poisson dropout dropout1d dropout2d dropout3d alpha_dropout feature_alpha_dropout rrelu"
     " gumbel_softmax empty empty_like empty_strided manual_seed seed item tolist numpy backward"
@@ -61,32 +62,26 @@ _VIEWS = frozenset(
 )
 
 
-def _name(expr: cst.BaseExpression) -> str | None:
+def name_of(expr: cst.BaseExpression) -> str | None:
     return expr.value if isinstance(expr, cst.Name) else None
 
 
-def _called(call: cst.Call) -> tuple[cst.BaseExpression | None, str | None]:
+def called(call: cst.Call) -> tuple[cst.BaseExpression | None, str | None]:
     """(receiver, name) of `recv.name(...)`, or (None, name) of `name(...)`."""
     if isinstance(call.func, cst.Attribute):
         return call.func.value, call.func.attr.value
-    return None, _name(call.func)
+    return None, name_of(call.func)
 
 
 def _root(expr: cst.BaseExpression) -> str | None:
     """`x` for `x`, `x.a.b`, `x[i]`, `x.f().g`: the name an access chain starts from."""
     while isinstance(expr, (cst.Attribute, cst.Subscript, cst.Call)):
         expr = expr.func if isinstance(expr, cst.Call) else expr.value
-    return _name(expr)
+    return name_of(expr)
 
 
 def _is_torch_call(call: cst.Call) -> bool:
-    return isinstance(call.func, cst.Attribute) and _name(call.func.value) == "torch"
-
-
-def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    yield node
-    for child in node.children:
-        yield from _walk(child)
+    return isinstance(call.func, cst.Attribute) and name_of(call.func.value) == "torch"
 
 
 def _bare(expr: cst.BaseExpression) -> cst.BaseExpression:
@@ -94,7 +89,7 @@ def _bare(expr: cst.BaseExpression) -> cst.BaseExpression:
     return expr.with_changes(lpar=[], rpar=[]) if getattr(expr, "lpar", None) else expr
 
 
-def _call(func: str, *args: cst.BaseExpression) -> cst.Call:
+def make_call(func: str, *args: cst.BaseExpression) -> cst.Call:
     return cst.Call(func=cst.parse_expression(func), args=[cst.Arg(_bare(a)) for a in args])
 
 
@@ -102,18 +97,18 @@ def _call(func: str, *args: cst.BaseExpression) -> cst.Call:
 
 
 def _pure_call(call: cst.Call) -> bool:
-    recv, name = _called(call)
-    if name is None or name in _IMPURE_CALLS or (name.endswith("_") and not name.startswith("__")):
+    recv, name = called(call)
+    if name is None or name in IMPURE_CALLS or (name.endswith("_") and not name.startswith("__")):
         return False  # in-place ops end in `_`
     if recv is None:
         return name in _PURE_BUILTINS
     # `self.f(...)` runs a method or submodule whose body is out of sight.
-    return _name(recv) != "self" and not any(a.keyword is not None and a.keyword.value == "out" for a in call.args)
+    return name_of(recv) != "self" and not any(a.keyword is not None and a.keyword.value == "out" for a in call.args)
 
 
-def _pure(expr: cst.CSTNode) -> bool:
+def pure(expr: cst.CSTNode) -> bool:
     """No side effects and no randomness: safe to evaluate when the original did not."""
-    for n in _walk(expr):
+    for n in walk(expr):
         if isinstance(n, (cst.NamedExpr, cst.Await, cst.Yield, cst.Lambda, cst.FormattedString)):
             return False
         if isinstance(n, (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)):
@@ -126,14 +121,14 @@ def _pure(expr: cst.CSTNode) -> bool:
 # ---------------------------------------------------------------- conditions
 
 
-def _and_operands(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+def and_operands(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
     if isinstance(expr, cst.BooleanOperation) and isinstance(expr.operator, cst.And) and not expr.lpar:
-        return [*_and_operands(expr.left), *_and_operands(expr.right)]
+        return [*and_operands(expr.left), *and_operands(expr.right)]
     return [expr]
 
 
 def _has_call(expr: cst.CSTNode) -> bool:
-    return any(isinstance(n, (cst.Call, cst.Subscript)) for n in _walk(expr))
+    return contains(expr, (cst.Call, cst.Subscript))
 
 
 def _tensor_cond(expr: cst.BaseExpression, known: bool, path: set[int]) -> cst.BaseExpression | None:
@@ -148,15 +143,15 @@ def _tensor_cond(expr: cst.BaseExpression, known: bool, path: set[int]) -> cst.B
     """
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
         inner = _tensor_cond(expr.expression, known, path)
-        return inner and _call("torch.logical_not", inner)
+        return inner and make_call("torch.logical_not", inner)
     if isinstance(expr, cst.BooleanOperation):
         # Python short-circuits; the tensor form evaluates both sides, so both must be pure.
         left = _tensor_cond(expr.left, id(expr.left) in path, path)
         right = _tensor_cond(expr.right, id(expr.right) in path, path)
-        if left is None or right is None or not _pure(expr):
+        if left is None or right is None or not pure(expr):
             return None
         op = "and" if isinstance(expr.operator, cst.And) else "or"
-        return _call(f"torch.logical_{op}", left, right)
+        return make_call(f"torch.logical_{op}", left, right)
     if isinstance(expr, cst.Comparison):
         ops = (cst.LessThan, cst.GreaterThan, cst.LessThanEqual, cst.GreaterThanEqual, cst.Equal, cst.NotEqual)
         if len(expr.comparisons) != 1 or not isinstance(expr.comparisons[0].operator, ops):
@@ -164,13 +159,13 @@ def _tensor_cond(expr: cst.BaseExpression, known: bool, path: set[int]) -> cst.B
         return expr if known or _has_call(expr) else None
     if known:
         return expr
-    if isinstance(expr, cst.Call) and _called(expr)[1] in _BOOL_CALLS:
+    if isinstance(expr, cst.Call) and called(expr)[1] in _BOOL_CALLS:
         return expr
     return None
 
 
 @dataclass(frozen=True)
-class _Test:
+class SplitTest:
     """An `if` test split into a Python prefix that stays an `if`, and a tensor condition."""
 
     prefix: cst.BaseExpression | None
@@ -178,8 +173,8 @@ class _Test:
     tensor: cst.BaseExpression  # the same as a tensor expression
 
 
-def _split_test(if_node: cst.If | cst.IfExp, at: cst.CSTNode, ctx: SiteContext) -> _Test | None:
-    ops = _and_operands(if_node.test)
+def _split_test(if_node: cst.If | cst.IfExp, at: cst.CSTNode, ctx: SiteContext) -> SplitTest | None:
+    ops = and_operands(if_node.test)
     inside = [i for i, op in enumerate(ops) if op is at or op in ctx.ancestors(at)]
     if inside:
         k = inside[0]
@@ -199,10 +194,10 @@ def _split_test(if_node: cst.If | cst.IfExp, at: cst.CSTNode, ctx: SiteContext) 
         prefix = ops[0]
         for op in ops[1:k]:
             prefix = cst.BooleanOperation(left=prefix, operator=cst.And(), right=op)
-    return _Test(prefix, cond, tensor)
+    return SplitTest(prefix, cond, tensor)
 
 
-def _site_branch(ctx: SiteContext) -> tuple[cst.If | cst.IfExp, _Test] | None:
+def site_branch(ctx: SiteContext) -> tuple[cst.If | cst.IfExp, SplitTest] | None:
     """The `if` (or conditional expression) whose test the break is in."""
     node = ctx.node
     if isinstance(node, (cst.If, cst.IfExp)):
@@ -225,14 +220,14 @@ def _site_branch(ctx: SiteContext) -> tuple[cst.If | cst.IfExp, _Test] | None:
 # ---------------------------------------------------------------- scope
 
 
-def _targets(target: cst.BaseExpression) -> Iterator[str]:
+def target_names(target: cst.BaseExpression) -> Iterator[str]:
     if isinstance(target, cst.Name):
         yield target.value
     elif isinstance(target, (cst.Tuple, cst.List)):
         for el in target.elements:
-            yield from _targets(el.value)
+            yield from target_names(el.value)
     elif isinstance(target, cst.StarredElement):
-        yield from _targets(target.value)
+        yield from target_names(target.value)
 
 
 def _binds(stmt: cst.CSTNode, name: str) -> bool:
@@ -242,9 +237,9 @@ def _binds(stmt: cst.CSTNode, name: str) -> bool:
     if not isinstance(stmt, cst.SimpleStatementLine):
         return False  # bindings inside if/for/try/with may not happen
     for small in stmt.body:
-        if isinstance(small, cst.Assign) and any(name in _targets(t.target) for t in small.targets):
+        if isinstance(small, cst.Assign) and any(name in target_names(t.target) for t in small.targets):
             return True
-        if isinstance(small, (cst.AnnAssign, cst.AugAssign)) and _name(small.target) == name:
+        if isinstance(small, (cst.AnnAssign, cst.AugAssign)) and name_of(small.target) == name:
             return not isinstance(small, cst.AnnAssign) or small.value is not None
         if isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(small.names, cst.ImportStar):
             for alias in small.names:
@@ -254,14 +249,7 @@ def _binds(stmt: cst.CSTNode, name: str) -> bool:
     return False
 
 
-def _params(fn: cst.FunctionDef) -> set[str]:
-    p = fn.params
-    every = [*p.posonly_params, *p.params, *p.kwonly_params]
-    every += [s for s in (p.star_arg, p.star_kwarg) if isinstance(s, cst.Param)]
-    return {q.name.value for q in every}
-
-
-def _bound_before(ctx: SiteContext, name: str, node: cst.CSTNode) -> bool:
+def bound_before(ctx: SiteContext, name: str, node: cst.CSTNode) -> bool:
     """Whether ``name`` is certainly bound when ``node`` runs: a parameter, an
     unconditional assignment earlier in an enclosing block, a loop or `with`
     target around it, a module-level binding, or a builtin."""
@@ -278,41 +266,30 @@ def _bound_before(ctx: SiteContext, name: str, node: cst.CSTNode) -> bool:
                     if _binds(stmt, name):
                         return True
         elif isinstance(anc, cst.FunctionDef):
-            if name in _params(anc):
+            if name in param_names(anc):
                 return True
             in_function = True
-        elif isinstance(anc, cst.For) and child is anc.body and name in _targets(anc.target):
+        elif isinstance(anc, cst.For) and child is anc.body and name in target_names(anc.target):
             return True
         elif isinstance(anc, cst.With) and child is anc.body:
-            if any(it.asname and name in _targets(it.asname.name) for it in anc.items):
+            if any(it.asname and name in target_names(it.asname.name) for it in anc.items):
                 return True
         child = anc
     return name in dir(builtins)
 
 
-def _free_names(expr: cst.CSTNode) -> set[str]:
-    """Names an expression reads (not attribute names or keyword names)."""
-    skip = set()
-    for n in _walk(expr):
-        if isinstance(n, cst.Attribute):
-            skip.add(id(n.attr))
-        elif isinstance(n, cst.Arg) and n.keyword is not None:
-            skip.add(id(n.keyword))
-    return {n.value for n in _walk(expr) if isinstance(n, cst.Name) and id(n) not in skip}
-
-
-def _scope(ctx: SiteContext, node: cst.CSTNode) -> cst.CSTNode:
+def scope_of(ctx: SiteContext, node: cst.CSTNode) -> cst.CSTNode:
     return ctx.enclosing(cst.FunctionDef, node=node) or ctx.module
 
 
-def _mutated(scope: cst.CSTNode, name: str) -> bool:
+def mutated(scope: cst.CSTNode, name: str) -> bool:
     """Whether the scope mutates ``name``'s object in place or declares it global.
 
     The rewrites bind a new tensor where the original kept the old object, so
     an in-place update after them would stop reaching the original object.
     """
-    for n in _walk(scope):
-        if isinstance(n, (cst.Global, cst.Nonlocal)) and any(_name(a.name) == name for a in n.names):
+    for n in walk(scope):
+        if isinstance(n, (cst.Global, cst.Nonlocal)) and any(name_of(a.name) == name for a in n.names):
             return True
         if isinstance(n, cst.AugAssign) and _root(n.target) == name:
             return True
@@ -320,11 +297,11 @@ def _mutated(scope: cst.CSTNode, name: str) -> bool:
             if _root(n.target) == name:
                 return True
         if isinstance(n, cst.Call):
-            recv, fn = _called(n)
+            recv, fn = called(n)
             in_place = fn is not None and fn.endswith("_") and not fn.startswith("__")
-            if in_place and (recv is not None and _root(recv) == name or any(_name(a.value) == name for a in n.args)):
+            if in_place and (recv is not None and _root(recv) == name or any(name_of(a.value) == name for a in n.args)):
                 return True
-            if any(a.keyword is not None and a.keyword.value == "out" and _name(a.value) == name for a in n.args):
+            if any(a.keyword is not None and a.keyword.value == "out" and name_of(a.value) == name for a in n.args):
                 return True
     return False
 
@@ -332,7 +309,7 @@ def _mutated(scope: cst.CSTNode, name: str) -> bool:
 # ---------------------------------------------------------------- statements
 
 
-def _single(suite: cst.BaseSuite) -> cst.BaseSmallStatement | None:
+def single(suite: cst.BaseSuite) -> cst.BaseSmallStatement | None:
     """The one small statement a block holds, or None."""
     body = suite.body
     if isinstance(suite, cst.IndentedBlock):
@@ -360,7 +337,7 @@ def _comments(if_node: cst.If) -> list[cst.EmptyLine]:
     return lines
 
 
-def _statement(small: cst.BaseSmallStatement, if_node: cst.If, **changes) -> cst.SimpleStatementLine:
+def statement(small: cst.BaseSmallStatement, if_node: cst.If, **changes) -> cst.SimpleStatementLine:
     """``small`` as a line that keeps the comments of the `if` it replaces."""
     line = cst.SimpleStatementLine(body=[small], leading_lines=_comments(if_node))
     if isinstance(if_node.body, cst.IndentedBlock):
@@ -372,7 +349,7 @@ def _newline(extra: str) -> cst.ParenthesizedWhitespace:
     return cst.ParenthesizedWhitespace(indent=True, last_line=cst.SimpleWhitespace(extra))
 
 
-def _fit(small: cst.BaseSmallStatement, column: int) -> cst.BaseSmallStatement:
+def fit(small: cst.BaseSmallStatement, column: int) -> cst.BaseSmallStatement:
     """``small`` with its call laid out one argument a line when it is too long."""
     call = small.value
     code = cst.Module([]).code_for_node(small)
@@ -383,11 +360,11 @@ def _fit(small: cst.BaseSmallStatement, column: int) -> cst.BaseSmallStatement:
     return small.with_changes(value=call.with_changes(whitespace_before_args=_newline("    "), args=args))
 
 
-def _replace_if(ctx: SiteContext, if_node: cst.If, test: _Test, small: cst.BaseSmallStatement) -> Replacement:
+def _replace_if(ctx: SiteContext, if_node: cst.If, test: SplitTest, small: cst.BaseSmallStatement) -> Replacement:
     """Put ``small`` where the `if` was: inside `if <prefix>:` when there is one,
     in an `else:` when the `if` was an `elif`, else as a plain statement."""
     nested = test.prefix is not None or _is_elif(ctx, if_node)
-    small = _fit(small, ctx.file.span(if_node)[0][1] + 4 * nested)
+    small = fit(small, ctx.file.span(if_node)[0][1] + 4 * nested)
     if test.prefix is not None:
         body = if_node.body
         if isinstance(body, cst.IndentedBlock):
@@ -396,12 +373,12 @@ def _replace_if(ctx: SiteContext, if_node: cst.If, test: _Test, small: cst.BaseS
         return if_node.with_changes(test=test.prefix, body=body.with_changes(body=[small]))
     if _is_elif(ctx, if_node):
         inner = _comments(if_node)[len(if_node.leading_lines) :]
-        line = _statement(small, if_node, leading_lines=inner)
+        line = statement(small, if_node, leading_lines=inner)
         return cst.Else(body=cst.IndentedBlock(body=[line]), leading_lines=if_node.leading_lines)
-    return _statement(small, if_node)
+    return statement(small, if_node)
 
 
-class _BranchRecipe(Recipe):
+class BranchRecipe(Recipe):
     codes = ("GB0170",)
     rule = "GB0170"
 
@@ -417,7 +394,7 @@ class _BranchRecipe(Recipe):
 # ---------------------------------------------------------------- if cond: raise
 
 
-class BranchToCheck(_BranchRecipe):
+class BranchToCheck(BranchRecipe):
     """`if cond: raise E(msg)` -> an asynchronous assert with the same condition."""
 
     name = "branch-to-check"
@@ -428,11 +405,11 @@ class BranchToCheck(_BranchRecipe):
     summary = "replace `if <tensor>: raise` by torch._assert_async (the error becomes a RuntimeError)"
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
-        found = _site_branch(ctx)
+        found = site_branch(ctx)
         if found is None or not isinstance(found[0], cst.If) or found[0].orelse is not None:
             return None
         if_node, test = found
-        raise_ = _single(if_node.body)
+        raise_ = single(if_node.body)
         if raise_ is None or not m.matches(raise_, m.Raise(exc=m.Call() | m.Name() | m.Attribute(), cause=None)):
             return None
         exc = raise_.exc
@@ -446,9 +423,9 @@ class BranchToCheck(_BranchRecipe):
         if isinstance(test.cond, cst.UnaryOperation) and isinstance(test.cond.operator, cst.Not):
             ok = test.tensor.args[0].value  # `not c` holds when c does: skip a double negation
         else:
-            ok = _call("torch.logical_not", test.tensor)
+            ok = make_call("torch.logical_not", test.tensor)
         message = cst.SimpleString(json.dumps(f"{label}: {text}", ensure_ascii=False))
-        check = cst.Expr(_call("torch._assert_async", ok, message))
+        check = cst.Expr(make_call("torch._assert_async", ok, message))
         self._plan = _replace_if(ctx, if_node, test, check)
         return if_node
 
@@ -465,7 +442,7 @@ def _scalar(expr: cst.BaseExpression) -> bool:
     if isinstance(expr, cst.BinaryOperation):
         return _scalar(expr.left) and _scalar(expr.right) and _safe_operator(expr)
     if isinstance(expr, cst.Call):
-        recv, name = _called(expr)
+        recv, name = called(expr)
         return recv is not None and name in _REDUCTIONS and not expr.args
     return False
 
@@ -478,7 +455,7 @@ def _safe_divisor(expr: cst.BaseExpression) -> bool:
         for side in (expr.left, expr.right):
             if isinstance(side, (cst.Integer, cst.Float)) and float(side.evaluated_value) > 0:
                 return True
-            last = side.attr.value if isinstance(side, cst.Attribute) else _name(side)
+            last = side.attr.value if isinstance(side, cst.Attribute) else name_of(side)
             if last is not None and "eps" in last.lower():
                 return True
     return False
@@ -517,7 +494,7 @@ def _like(expr: cst.BaseExpression) -> set[str]:
             out |= right
         return out
     if isinstance(expr, cst.Call):
-        recv, name = _called(expr)
+        recv, name = called(expr)
         if _is_torch_call(expr):
             if name == "where" and len(expr.args) == 3 and not any(a.keyword for a in expr.args):
                 # what this recipe writes: an `elif` chain folds into nested wheres
@@ -539,16 +516,16 @@ def _like(expr: cst.BaseExpression) -> set[str]:
     return set()
 
 
-def _tensor_evidence(name: str, scope: cst.CSTNode) -> bool:
+def tensor_evidence(name: str, scope: cst.CSTNode) -> bool:
     """Whether the scope uses ``name`` as a tensor (`name.method(...)` or
     `torch.f(name, ...)`): arithmetic alone would also fit a Python number,
     which torch.where would turn into a tensor."""
-    for n in _walk(scope):
+    for n in walk(scope):
         if isinstance(n, cst.Call):
-            recv, _ = _called(n)
-            if _is_torch_call(n) and n.args and _name(n.args[0].value) == name:
+            recv, _ = called(n)
+            if _is_torch_call(n) and n.args and name_of(n.args[0].value) == name:
                 return True
-            if recv is not None and _name(recv) == name:
+            if recv is not None and name_of(recv) == name:
                 return True
     return False
 
@@ -558,7 +535,7 @@ def _same_constructor(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
     explicit dtype: two tensors of one dtype. (Phi-3's long/short RoPE factors.)
     Their shapes come from the data; arms of different lengths would broadcast
     or fail, which changes the program's outputs and the verifier sees that."""
-    calls = [e for e in (a, b) if isinstance(e, cst.Call) and _is_torch_call(e) and _called(e)[1] == "tensor"]
+    calls = [e for e in (a, b) if isinstance(e, cst.Call) and _is_torch_call(e) and called(e)[1] == "tensor"]
     if len(calls) != 2:
         return False
     (pa, *ka), (pb, *kb) = calls[0].args, calls[1].args
@@ -569,22 +546,22 @@ def _same_constructor(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
     return same and len(keywords) == len(ka) and "dtype" in keywords
 
 
-def _where_ok(ctx: SiteContext, at: cst.CSTNode, test: _Test, a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
+def _where_ok(ctx: SiteContext, at: cst.CSTNode, test: SplitTest, a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
     """Both arms of `torch.where(cond, a, b)` are evaluated, broadcast and promoted:
     they must be pure, bound, and of one tensor's shape and dtype."""
-    if not (_pure(a) and _pure(b)):
+    if not (pure(a) and pure(b)):
         return False
-    scope = _scope(ctx, at)
-    if not (_same_constructor(a, b) or any(_tensor_evidence(root, scope) for root in _like(a) & _like(b))):
+    scope = scope_of(ctx, at)
+    if not (_same_constructor(a, b) or any(tensor_evidence(root, scope) for root in _like(a) & _like(b))):
         return False
-    if not all(_bound_before(ctx, n, at) for n in _free_names(a) | _free_names(b)):
+    if not all(bound_before(ctx, n, at) for n in variable_names(a) | variable_names(b)):
         return False
-    return not any(_mutated(scope, n) for n in (_name(a), _name(b)) if n)
+    return not any(mutated(scope, n) for n in (name_of(a), name_of(b)) if n)
 
 
 def _assigned(suite: cst.BaseSuite, target: str) -> cst.BaseExpression | None:
     """``v`` when the block is exactly `target = v`."""
-    small = _single(suite)
+    small = single(suite)
     if small is None or not m.matches(small, m.Assign(targets=[m.AssignTarget(target=m.Name(target))])):
         return None
     return small.value
@@ -595,37 +572,37 @@ def _else_value(ctx: SiteContext, if_node: cst.If, target: str) -> cst.BaseExpre
     value the `elif` chain picks (as nested `torch.where`), or ``target`` itself."""
     orelse = if_node.orelse
     if orelse is None:
-        return cst.Name(target) if _bound_before(ctx, target, if_node) else None
+        return cst.Name(target) if bound_before(ctx, target, if_node) else None
     if isinstance(orelse, cst.Else):
         return _assigned(orelse.body, target)
     # An `elif` test now runs whenever the `if` test is false: it must be pure and
     # visibly a tensor (the break says nothing about it).
     value, rest = _assigned(orelse.body, target), _else_value(ctx, orelse, target)
-    cond = _tensor_cond(orelse.test, False, set()) if _pure(orelse.test) else None
+    cond = _tensor_cond(orelse.test, False, set()) if pure(orelse.test) else None
     if value is None or rest is None or cond is None:
         return None
-    return _call("torch.where", cond, value, rest)
+    return make_call("torch.where", cond, value, rest)
 
 
-class BranchToWhere(_BranchRecipe):
+class BranchToWhere(BranchRecipe):
     """`if cond: x = a else: x = b` (or `a if cond else b`) -> torch.where(cond, a, b)."""
 
     name = "branch-to-where"
     summary = "replace a data-dependent `if` that picks a tensor by torch.where"
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
-        found = _site_branch(ctx)
+        found = site_branch(ctx)
         if found is None:
             return None
         node, test = found
         if isinstance(node, cst.IfExp):
             if not _where_ok(ctx, node, test, node.body, node.orelse):
                 return None
-            self._plan = _call("torch.where", test.tensor, node.body, node.orelse).with_changes(
+            self._plan = make_call("torch.where", test.tensor, node.body, node.orelse).with_changes(
                 lpar=node.lpar, rpar=node.rpar
             )
             return node
-        assign = _single(node.body)
+        assign = single(node.body)
         if assign is None or not m.matches(assign, m.Assign(targets=[m.AssignTarget(target=m.Name())])):
             return None
         target = assign.targets[0].target.value
@@ -634,9 +611,9 @@ class BranchToWhere(_BranchRecipe):
         other = _else_value(ctx, node, target)
         if other is None:
             return None
-        if not _where_ok(ctx, node, test, assign.value, other) or _mutated(_scope(ctx, node), target):
+        if not _where_ok(ctx, node, test, assign.value, other) or mutated(scope_of(ctx, node), target):
             return None
-        where = _call("torch.where", test.tensor, assign.value, other)
+        where = make_call("torch.where", test.tensor, assign.value, other)
         self._plan = _replace_if(ctx, node, test, assign.with_changes(value=where))
         return node
 
@@ -666,7 +643,7 @@ def _branch_value(expr: cst.BaseExpression) -> cst.BaseExpression | None:
         return expr.with_changes(elements=elements, lpar=expr.lpar or [cst.LeftParen()], rpar=expr.rpar or [cst.RightParen()])
     if isinstance(expr, (cst.BaseNumber, cst.BaseString, cst.List, cst.Dict, cst.Set, cst.Lambda)):
         return None
-    if _name(expr) in ("None", "True", "False"):
+    if name_of(expr) in ("None", "True", "False"):
         return None
     if _may_alias(expr):
         return cst.Call(func=cst.Attribute(value=expr, attr=cst.Name("clone")))
@@ -674,11 +651,11 @@ def _branch_value(expr: cst.BaseExpression) -> cst.BaseExpression | None:
 
 
 def _returned(suite: cst.BaseSuite) -> cst.BaseExpression | None:
-    ret = _single(suite)
+    ret = single(suite)
     return ret.value if isinstance(ret, cst.Return) else None
 
 
-class BranchToCond(_BranchRecipe):
+class BranchToCond(BranchRecipe):
     """`if cond: return a` + `else: return b` / `return b` -> return torch.cond(...)."""
 
     name = "branch-to-cond"
@@ -686,7 +663,7 @@ class BranchToCond(_BranchRecipe):
     summary = "replace a data-dependent `if` between two returns by torch.cond"
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
-        found = _site_branch(ctx)
+        found = site_branch(ctx)
         if found is None or not isinstance(found[0], cst.If):
             return None
         if_node, test = found
@@ -704,21 +681,21 @@ class BranchToCond(_BranchRecipe):
             b = _returned(cst.IndentedBlock(body=[following])) if following is not None else None
         else:
             return None
-        if b is None or not (_pure(a) and _pure(b)):
+        if b is None or not (pure(a) and pure(b)):
             return None
-        if not all(_bound_before(ctx, n, if_node) for n in _free_names(a) | _free_names(b)):
+        if not all(bound_before(ctx, n, if_node) for n in variable_names(a) | variable_names(b)):
             return None
         true_value, false_value = _branch_value(a), _branch_value(b)
         if true_value is None or false_value is None:
             return None
         branches = [cst.Lambda(params=cst.Parameters(), body=v) for v in (true_value, false_value)]
-        ret = cst.Return(value=_call("torch.cond", test.tensor, *branches))
+        ret = cst.Return(value=make_call("torch.cond", test.tensor, *branches))
         if block is None or test.prefix is not None:
             # if/else, or `if P and c: return a` whose `return b` must stay for `not P`
             self._plan = _replace_if(ctx, if_node, test, ret)
             return if_node
-        ret = _fit(ret, ctx.file.span(if_node)[0][1])
-        line = _statement(ret, if_node, trailing_whitespace=following.trailing_whitespace)
+        ret = fit(ret, ctx.file.span(if_node)[0][1])
+        line = statement(ret, if_node, trailing_whitespace=following.trailing_whitespace)
         line = line.with_changes(leading_lines=[*line.leading_lines, *following.leading_lines])
         body = list(block.body)
         body[i : i + 2] = [line]

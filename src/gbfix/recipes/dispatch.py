@@ -45,20 +45,13 @@ index; declined: starred arguments, an index that is an int literal or a
 
 from __future__ import annotations
 
-from typing import Iterator
-
 import libcst as cst
 
 from gbfix.recipes.base import Recipe, Replacement, SiteContext
 from gbfix.recipes.print_call import qualified_names
+from gbfix.recipes.tree import nodes, param_names, variables
 
 _SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
-
-
-def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    yield node
-    for child in node.children:
-        yield from _walk(child)
 
 
 def _index(sub: cst.Subscript) -> cst.BaseExpression | None:
@@ -67,24 +60,6 @@ def _index(sub: cst.Subscript) -> cst.BaseExpression | None:
         return None
     el = sub.slice[0].slice
     return el.value if isinstance(el, cst.Index) and el.star is None else None
-
-
-def _variables(node: cst.CSTNode, name: str) -> list[cst.Name]:
-    """The references to the variable ``name`` in ``node`` (not ``a.name`` or ``f(name=...)``)."""
-    skip = set()
-    for n in _walk(node):
-        if isinstance(n, cst.Attribute):
-            skip.add(id(n.attr))
-        elif isinstance(n, cst.Arg) and n.keyword is not None:
-            skip.add(id(n.keyword))
-    return [n for n in _walk(node) if isinstance(n, cst.Name) and n.value == name and id(n) not in skip]
-
-
-def _params(fn: cst.FunctionDef) -> set[str]:
-    p = fn.params
-    every = [*p.posonly_params, *p.params, *p.kwonly_params]
-    every += [s for s in (p.star_arg, p.star_kwarg) if isinstance(s, cst.Param)]
-    return {q.name.value for q in every}
 
 
 def _binding(ctx: SiteContext, name: cst.Name) -> bool:
@@ -136,7 +111,7 @@ class MaskedAssignToWhere(Recipe):
             return None
         if sub is not target and assign.value not in (sub, *ctx.ancestors(sub)):
             return None
-        uses = _variables(assign.value, mask.value)
+        uses = [n for n in variables(assign.value) if n.value == mask.value]
         if not uses or any(not self._indexes(ctx, u) for u in uses):
             return None  # the mask must only select rows on the right
         fn = ctx.enclosing(cst.FunctionDef, node=assign)
@@ -168,12 +143,12 @@ class MaskedAssignToWhere(Recipe):
 
     def _private(self, ctx: SiteContext, fn: cst.FunctionDef, site: cst.Assign, out: str) -> bool:
         """Rebinding ``out`` instead of writing into it is invisible: no one else holds its tensor."""
-        if out in _params(fn):
+        if out in param_names(fn):
             return False
         loops = [a for a in ctx.ancestors(site)[: ctx.ancestors(site).index(fn)] if isinstance(a, (cst.For, cst.While))]
         horizon = ctx.file.span(loops[-1] if loops else site)[1]
         bound = False
-        for name in _variables(fn.body, out):
+        for name in (n for n in variables(fn.body) if n.value == out):
             chain = ctx.ancestors(name)
             if site in chain:
                 continue
@@ -276,7 +251,7 @@ class ModuleListIndexToStack(Recipe):
         fn = ctx.enclosing(cst.FunctionDef, node=call)
         if isinstance(index, cst.Name) and self._counter(fn or ctx.module, index.value):
             return None
-        taken = {n.value for part in (sub.value, *call.args) for n in _walk(part) if isinstance(n, cst.Name)}
+        taken = {n.value for part in (sub.value, *call.args) for n in nodes(part, cst.Name)}
         self._var = next(v for v in ("m", "module", "mod", "module_") if v not in taken)
         return call
 
@@ -292,8 +267,8 @@ class ModuleListIndexToStack(Recipe):
     @staticmethod
     def _counter(scope: cst.CSTNode, name: str) -> bool:
         """``name`` is a loop counter: ``for name in range(...)`` / ``for name, _ in enumerate(...)``."""
-        for loop in _walk(scope):
-            if not isinstance(loop, cst.For) or not isinstance(loop.iter, cst.Call):
+        for loop in nodes(scope, cst.For):
+            if not isinstance(loop.iter, cst.Call):
                 continue
             func, target = loop.iter.func, loop.target
             if not (isinstance(func, cst.Name) and func.value in ("range", "enumerate")):

@@ -26,6 +26,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from gbfix.recipes.base import Recipe, Replacement, SiteContext
+from gbfix.recipes.tree import variables
 
 # What may stand between `hit` and `.tolist()`: reshapes of the [n, 1] nonzero result.
 _FLATTEN = (
@@ -121,7 +122,9 @@ class VisitAllExperts(Recipe):
             return None
         mask = _nonzero_receiver(before.body[0].value)
         fn = ctx.enclosing(cst.FunctionDef, node=loop)
-        if mask is None or fn is None or _reads(fn, hit) != 2:  # the assignment and the loop header
+        if mask is None or fn is None:
+            return None
+        if sum(n.value == hit for n in variables(fn.body)) != 2:  # the assignment and the loop header
             return None
         new_before = before.with_changes(body=[before.body[0].with_changes(value=mask)])
         new_loop = loop.with_changes(iter=_range_over(cst.Name(hit)))
@@ -136,23 +139,6 @@ class VisitAllExperts(Recipe):
                 return plan.get(original, updated)
 
         return node.visit(_Swap())
-
-
-def _reads(fn: cst.FunctionDef, name: str) -> int:
-    """How often ``name`` appears as a variable in the function (stores included)."""
-    count = 0
-
-    class _Count(cst.CSTVisitor):
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            node.value.visit(self)
-            return False  # `a.name` is no variable
-
-        def visit_Name(self, node: cst.Name) -> None:
-            nonlocal count
-            count += node.value == name
-
-    fn.body.visit(_Count())
-    return count
 
 
 RECIPES = (VisitAllExperts,)

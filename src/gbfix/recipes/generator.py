@@ -42,6 +42,7 @@ from libcst.metadata import ComprehensionScope, Scope
 
 from gbfix.recipes.base import Recipe, Replacement, SiteContext
 from gbfix.recipes.print_call import qualified_names
+from gbfix.recipes.tree import contains, nodes
 
 # Nodes that make a yielded value worth a compiled function of its own.
 _WORK = (
@@ -79,7 +80,7 @@ class CompileGeneratorBody(Recipe):
         if not _is_compile(ctx, decorator.decorator):
             return None
         classes = _classes_around(ctx, fn)
-        if classes is None or _any(fn.body, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+        if classes is None or contains(fn.body, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
             return None
         target = _the_yield(fn)
         if target is None or not _movable(ctx, target.value, bool(classes)):
@@ -89,7 +90,7 @@ class CompileGeneratorBody(Recipe):
         # No leading "__": the call to it may sit in a class body, where such names are mangled.
         parts = [p for n in (*reversed(classes), fn) if (p := n.name.value.strip("_"))]
         helper = "_" + "_".join([*parts, "step"])
-        if _any(ctx.module, cst.Name, lambda n: n.value == helper):
+        if contains(ctx.module, cst.Name, lambda n: n.value == helper):
             return None
         self._fn, self._yield, self._helper = fn, target, helper
         self._params = _locals_read(ctx, target)
@@ -151,7 +152,7 @@ def _function_at(ctx: SiteContext) -> cst.FunctionDef | None:
         return ctx.file.span(f.decorators[0] if f.decorators else f)[0][0]
 
     around = ctx.enclosing(cst.FunctionDef) or ctx.node
-    found = [f for f in _nodes(around, cst.FunctionDef) if first_line(f) == ctx.site.line]
+    found = [f for f in nodes(around, cst.FunctionDef) if first_line(f) == ctx.site.line]
     return found[0] if len(found) == 1 else None
 
 
@@ -162,7 +163,7 @@ def _is_compile(ctx: SiteContext, decorator: cst.BaseExpression) -> bool:
 
 def _movable(ctx: SiteContext, value: cst.BaseExpression, in_class: bool) -> bool:
     """The value means the same in a module-level function taking the locals it reads."""
-    if _any(value, _UNMOVABLE) or any(qualified_names(ctx, n) & _INTROSPECTION for n in _reads(ctx, value)):
+    if contains(value, _UNMOVABLE) or any(qualified_names(ctx, n) & _INTROSPECTION for n in _reads(ctx, value)):
         return False
 
     def special(n: cst.Name) -> bool:
@@ -170,7 +171,7 @@ def _movable(ctx: SiteContext, value: cst.BaseExpression, in_class: bool) -> boo
         private = in_class and n.value.startswith("__") and not n.value.endswith("__")
         return n.value == "__class__" or private
 
-    return not _any(value, cst.Name, special)
+    return not contains(value, cst.Name, special)
 
 
 def _classes_around(ctx: SiteContext, fn: cst.FunctionDef) -> list[cst.ClassDef] | None:
@@ -190,10 +191,10 @@ def _classes_around(ctx: SiteContext, fn: cst.FunctionDef) -> list[cst.ClassDef]
 def _the_yield(fn: cst.FunctionDef) -> cst.Yield | None:
     """The one yield whose value is worth compiling; None without one, with
     several, or with ``yield from``."""
-    yields: list[cst.Yield] = _nodes(fn.body, cst.Yield)
+    yields: list[cst.Yield] = nodes(fn.body, cst.Yield)
     if not yields or any(isinstance(y.value, cst.From) for y in yields):
         return None
-    working = [y for y in yields if y.value is not None and _any(y.value, _WORK)]
+    working = [y for y in yields if y.value is not None and contains(y.value, _WORK)]
     return working[0] if len(working) == 1 else None
 
 
@@ -218,24 +219,6 @@ def _reads_class_names(ctx: SiteContext, decorator: cst.Decorator, cls: cst.Clas
     return scope is not None and any(scope.assignments[n.value] for n in _reads(ctx, decorator))
 
 
-def _nodes(node: cst.CSTNode, types) -> list:
-    """``node`` and every node below it that is one of ``types``, in source order."""
-    found: list = []
-
-    class _Walk(cst.CSTVisitor):
-        def on_visit(self, n: cst.CSTNode) -> bool:
-            if isinstance(n, types):
-                found.append(n)
-            return True
-
-    node.visit(_Walk())
-    return found
-
-
-def _any(node: cst.CSTNode, types, test=lambda n: True) -> bool:
-    return any(test(n) for n in _nodes(node, types))
-
-
 def _reads(ctx: SiteContext, node: cst.CSTNode) -> list[cst.Name]:
     """The names read below ``node``: not attributes, keywords or binding targets."""
 
@@ -243,7 +226,7 @@ def _reads(ctx: SiteContext, node: cst.CSTNode) -> list[cst.Name]:
         scope = ctx.file.scopes.get(n)  # None for attributes and keywords
         return scope is not None and any(a.node is n for a in scope.accesses[n])  # accesses[n]: all of the name's
 
-    return [n for n in _nodes(node, cst.Name) if read(n)]
+    return [n for n in nodes(node, cst.Name) if read(n)]
 
 
 RECIPES = (CompileGeneratorBody,)

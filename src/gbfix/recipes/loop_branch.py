@@ -29,32 +29,29 @@ bool, torch.as_tensor turns it into the tensor torch.where needs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import libcst as cst
 
 from gbfix.recipes.base import SiteContext
 from gbfix.recipes.branch import (
-    _IMPURE_CALLS,
-    _BranchRecipe,
-    _and_operands,
-    _bound_before,
-    _call,
-    _called,
-    _fit,
-    _free_names,
-    _mutated,
-    _name,
-    _pure,
-    _scope,
-    _single,
-    _site_branch,
-    _statement,
-    _targets,
-    _Test,
-    _tensor_evidence,
-    _walk,
+    IMPURE_CALLS,
+    BranchRecipe,
+    SplitTest,
+    and_operands,
+    bound_before,
+    called,
+    fit,
+    make_call,
+    mutated,
+    name_of,
+    pure,
+    scope_of,
+    single,
+    site_branch,
+    statement,
+    target_names,
+    tensor_evidence,
 )
+from gbfix.recipes.tree import contains, nodes, variable_names, variables, walk
 
 # Python values a prefix of the test can be: only these keep `prefix and cond`
 # a bool or a bool tensor (a falsy 0 or None would not make a torch.where condition).
@@ -71,14 +68,14 @@ def _bool_params(fn: cst.CSTNode | None) -> set[str]:
         return set()
     p = fn.params
     every = (*p.posonly_params, *p.params, *p.kwonly_params)
-    return {q.name.value for q in every if q.annotation is not None and _name(q.annotation.annotation) == "bool"}
+    return {q.name.value for q in every if q.annotation is not None and name_of(q.annotation.annotation) == "bool"}
 
 
 def _bool_valued(expr: cst.BaseExpression, bools: set[str]) -> bool:
     """A Python operand of the test that is certainly True or False: a
     comparison, `not`, a bool builtin, a `bool` parameter, or `training`
     (nn.Module.train() only accepts a bool)."""
-    if isinstance(expr, cst.Comparison) or _name(expr) in ("True", "False", "training") or _name(expr) in bools:
+    if isinstance(expr, cst.Comparison) or name_of(expr) in ("True", "False", "training") or name_of(expr) in bools:
         return True
     if isinstance(expr, cst.UnaryOperation):
         return isinstance(expr.operator, cst.Not)
@@ -87,11 +84,11 @@ def _bool_valued(expr: cst.BaseExpression, bools: set[str]) -> bool:
     if isinstance(expr, cst.Attribute):
         return expr.attr.value == "training"
     if isinstance(expr, cst.Call):
-        return _name(expr.func) in _BOOL_BUILTINS
+        return name_of(expr.func) in _BOOL_BUILTINS
     return False
 
 
-def _condition(ctx: SiteContext, if_node: cst.If, test: _Test) -> cst.BaseExpression | None:
+def _condition(ctx: SiteContext, if_node: cst.If, test: SplitTest) -> cst.BaseExpression | None:
     """The `if` test as written, as an expression torch.where accepts, or None.
 
     Only a test Python can evaluate without taking the truth value of a tensor
@@ -103,20 +100,20 @@ def _condition(ctx: SiteContext, if_node: cst.If, test: _Test) -> cst.BaseExpres
     if test.prefix is None:
         return if_node.test
     bools = _bool_params(ctx.enclosing(cst.FunctionDef, node=if_node))
-    if not all(_bool_valued(op, bools) for op in _and_operands(test.prefix)):
+    if not all(_bool_valued(op, bools) for op in and_operands(test.prefix)):
         return None
-    return _call("torch.as_tensor", if_node.test)
+    return make_call("torch.as_tensor", if_node.test)
 
 
 def _local_effects_only(expr: cst.CSTNode) -> bool:
     """No effect outside local names that the verifier might not see: no
     in-place ops, container mutation, I/O, host syncs or extra random draws."""
-    for n in _walk(expr):
+    for n in walk(expr):
         if isinstance(n, (cst.NamedExpr, cst.Yield, cst.Await)):
             return False
         if isinstance(n, cst.Call):
-            _, fn = _called(n)
-            if fn in _IMPURE_CALLS or (fn and fn.endswith("_") and not fn.startswith("__")):
+            _, fn = called(n)
+            if fn in IMPURE_CALLS or (fn and fn.endswith("_") and not fn.startswith("__")):
                 return False
             if any(a.keyword is not None and a.keyword.value == "out" for a in n.args):
                 return False
@@ -138,23 +135,12 @@ def _assignment(stmt: cst.BaseStatement) -> cst.Assign | None:
 
 
 def _assigned(assign: cst.Assign) -> list[str]:
-    return list(_targets(assign.targets[0].target))
-
-
-def _names_in(node: cst.CSTNode) -> Iterator[cst.Name]:
-    """Every variable occurrence (read or written) under ``node``."""
-    skip = set()
-    for n in _walk(node):
-        if isinstance(n, cst.Attribute):
-            skip.add(id(n.attr))
-        elif isinstance(n, cst.Arg) and n.keyword is not None:
-            skip.add(id(n.keyword))
-    yield from (n for n in _walk(node) if isinstance(n, cst.Name) and id(n) not in skip)
+    return list(target_names(assign.targets[0].target))
 
 
 def _fresh(scope: cst.CSTNode, base: str, taken: set[str]) -> str:
     """``base``, or ``base_2``, ... : a name the scope does not use yet."""
-    used = {n.value for n in _walk(scope) if isinstance(n, cst.Name)} | taken
+    used = {n.value for n in nodes(scope, cst.Name)} | taken
     name, k = base, 1
     while name in used:
         k += 1
@@ -173,7 +159,7 @@ def _is_tensor(ctx: SiteContext, name: str, scope: cst.CSTNode) -> bool:
             if param.name.value == name and param.annotation is not None:
                 if "Tensor" in ctx.code(param.annotation.annotation):
                     return True
-    return _tensor_evidence(name, scope)
+    return tensor_evidence(name, scope)
 
 
 def _loop_block(ctx: SiteContext, if_node: cst.If) -> tuple[cst.For, cst.IndentedBlock, int] | None:
@@ -185,14 +171,22 @@ def _loop_block(ctx: SiteContext, if_node: cst.If) -> tuple[cst.For, cst.Indente
     return loop, block, list(block.body).index(if_node)
 
 
-def _plain_if(ctx: SiteContext, body_type: type) -> tuple[cst.If, _Test, cst.BaseSmallStatement] | None:
-    """The site's `if` (no elif/else) and its single body statement, of ``body_type``."""
-    found = _site_branch(ctx)
+def _loop_if(
+    ctx: SiteContext, body_type: type
+) -> tuple[cst.If, cst.BaseSmallStatement, tuple[cst.For, cst.IndentedBlock, int], cst.BaseExpression] | None:
+    """The site's `if` (no elif/else) straight in a plain `for` body: the `if`, its
+    single body statement (of ``body_type``), the loop (see ``_loop_block``) and
+    the condition torch.where selects with."""
+    found = site_branch(ctx)
     if found is None or not isinstance(found[0], cst.If) or found[0].orelse is not None:
         return None
     if_node, test = found
-    small = _single(if_node.body)
-    return (if_node, test, small) if isinstance(small, body_type) else None
+    small = single(if_node.body)
+    if not isinstance(small, body_type):
+        return None
+    loop = _loop_block(ctx, if_node)
+    cond = _condition(ctx, if_node, test)
+    return None if loop is None or cond is None else (if_node, small, loop, cond)
 
 
 def _line(small: cst.BaseSmallStatement) -> cst.SimpleStatementLine:
@@ -206,7 +200,7 @@ def _assign(name: str, value: cst.BaseExpression) -> cst.Assign:
 # ---------------------------------------------------------------- if cond: continue
 
 
-class LoopSkipToWhere(_BranchRecipe):
+class LoopSkipToWhere(BranchRecipe):
     """`if cond: continue` followed by assignments -> the assignments always run,
     and each name that outlives the iteration keeps its old value where cond holds."""
 
@@ -217,25 +211,20 @@ class LoopSkipToWhere(_BranchRecipe):
     summary = "replace a data-dependent `continue` (LayerDrop) by torch.where over the rest of the loop body"
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
-        found = _plain_if(ctx, cst.Continue)
+        found = _loop_if(ctx, cst.Continue)
         if found is None:
             return None
-        if_node, test, _ = found
-        loop = _loop_block(ctx, if_node)
-        cond = _condition(ctx, if_node, test)
-        if loop is None or cond is None:
-            return None
-        _, block, i = loop
+        if_node, _, (_, block, i), cond = found
         rest = [_assignment(s) for s in block.body[i + 1 :]]
         if not rest or any(a is None for a in rest):
             return None
-        scope = _scope(ctx, if_node)
+        scope = scope_of(ctx, if_node)
         lines = list(block.body[i + 1 :])
         kept = _kept(scope, lines, rest)
         if not kept:
             return None  # nothing outlives the iteration: the `if` only saves compute
         for name in kept:
-            if not (_bound_before(ctx, name, if_node) and _is_tensor(ctx, name, scope)) or _mutated(scope, name):
+            if not (bound_before(ctx, name, if_node) and _is_tensor(ctx, name, scope)) or mutated(scope, name):
                 return None
         new = _select_after(ctx, scope, if_node, cond, lines, rest, kept)
         self._plan = block.with_changes(body=[*block.body[:i], *new])
@@ -246,14 +235,14 @@ def _kept(scope: cst.CSTNode, lines: list[cst.BaseStatement], rest: list[cst.Ass
     """Names the rest assigns that are read outside it, or read in it before
     being assigned: their value must survive a skipped iteration. The others
     are temporaries of the skipped computation."""
-    inside = {id(n) for line in lines for n in _walk(line)}
+    inside = {id(n) for line in lines for n in walk(line)}
     out: list[str] = []
     for k, assign in enumerate(rest):
         for name in _assigned(assign):
             if name in out or any(name in _assigned(a) for a in rest[:k]):
                 continue
-            read_early = any(name in _free_names(a.value) for a in rest[: k + 1])
-            if read_early or any(id(n) not in inside for n in _names_in(scope) if n.value == name):
+            read_early = any(name in variable_names(a.value) for a in rest[: k + 1])
+            if read_early or any(id(n) not in inside for n in variables(scope) if n.value == name):
                 out.append(name)
     return out
 
@@ -263,9 +252,9 @@ def _in_place(name: str, rest: list[cst.Assign]) -> bool:
     then `name = torch.where(skip, name, e)` selects right there."""
     spots = [k for k, a in enumerate(rest) if name in _assigned(a)]
     k = spots[0]
-    if len(spots) != 1 or _name(rest[k].targets[0].target) != name:
+    if len(spots) != 1 or name_of(rest[k].targets[0].target) != name:
         return False
-    return not any(name in _free_names(a.value) for a in rest[k + 1 :])
+    return not any(name in variable_names(a.value) for a in rest[k + 1 :])
 
 
 def _select_after(ctx, scope, if_node, cond, lines, rest, kept) -> list[cst.BaseStatement]:
@@ -276,17 +265,17 @@ def _select_after(ctx, scope, if_node, cond, lines, rest, kept) -> list[cst.Base
     column = ctx.file.span(if_node)[0][1]
 
     def where(old: str, new: cst.BaseExpression) -> cst.Call:
-        return _call("torch.where", cst.Name(skip), cst.Name(old), new)
+        return make_call("torch.where", cst.Name(skip), cst.Name(old), new)
 
     saved = {n: _fresh(scope, f"{n}_before", taken) for n in kept if not _in_place(n, rest)}
-    out: list[cst.BaseStatement] = [_statement(_assign(skip, cond), if_node)]
+    out: list[cst.BaseStatement] = [statement(_assign(skip, cond), if_node)]
     out += [_line(_assign(s, cst.Name(n))) for n, s in saved.items()]
     for line, assign in zip(lines, rest):
-        name = _name(assign.targets[0].target)
+        name = name_of(assign.targets[0].target)
         if name in kept and name not in saved:
-            line = line.with_changes(body=[_fit(assign.with_changes(value=where(name, assign.value)), column)])
+            line = line.with_changes(body=[fit(assign.with_changes(value=where(name, assign.value)), column)])
         out.append(line)
-    out += [_line(_fit(_assign(n, where(s, cst.Name(n))), column)) for n, s in saved.items()]
+    out += [_line(fit(_assign(n, where(s, cst.Name(n))), column)) for n, s in saved.items()]
     return out
 
 
@@ -301,9 +290,9 @@ def _finite(expr: cst.BaseExpression) -> bool:
         root = expr
         while isinstance(root, (cst.Attribute, cst.Subscript)):
             root = root.value
-        return _name(root) == "self"
+        return name_of(root) == "self"
     if isinstance(expr, cst.Call) and not any(a.star or a.keyword for a in expr.args):
-        recv, fn = _called(expr)
+        recv, fn = called(expr)
         if recv is None and fn == "range":
             return True
         if recv is None and fn in _FINITE_WRAPPERS:
@@ -316,7 +305,7 @@ def _value(expr: cst.BaseExpression) -> bool:
     """A returned expression that can be a tensor, free of side effects."""
     if isinstance(expr, (cst.BaseNumber, cst.BaseString, cst.Tuple, cst.List, cst.Dict, cst.Set, cst.Lambda)):
         return False
-    return _name(expr) not in ("None", "True", "False") and _pure(expr)
+    return name_of(expr) not in ("None", "True", "False") and pure(expr)
 
 
 def _returned(stmt: cst.BaseStatement) -> cst.BaseExpression | None:
@@ -325,7 +314,7 @@ def _returned(stmt: cst.BaseStatement) -> cst.BaseExpression | None:
     return None
 
 
-class EarlyExitToWhere(_BranchRecipe):
+class EarlyExitToWhere(BranchRecipe):
     """`for ...: ...; if cond: return v` + `return e` -> every iteration runs and
     torch.where keeps the value of the first iteration where cond held."""
 
@@ -336,18 +325,13 @@ class EarlyExitToWhere(_BranchRecipe):
     summary = "replace a data-dependent early `return` from a loop by running every iteration and torch.where"
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
-        found = _plain_if(ctx, cst.Return)
+        found = _loop_if(ctx, cst.Return)
         if found is None:
             return None
-        if_node, test, ret = found
-        loop = _loop_block(ctx, if_node)
-        cond = _condition(ctx, if_node, test)
-        if loop is None or cond is None or ret.value is None:
-            return None
-        for_node, block, i = loop
+        if_node, ret, (for_node, block, i), cond = found
         outer = ctx.file.parent(for_node)
         fn = ctx.enclosing(cst.FunctionDef, node=for_node)
-        if i != len(block.body) - 1 or for_node.orelse is not None:
+        if ret.value is None or i != len(block.body) - 1 or for_node.orelse is not None:
             return None
         if not isinstance(outer, cst.IndentedBlock) or fn is None:
             return None
@@ -359,7 +343,7 @@ class EarlyExitToWhere(_BranchRecipe):
         # The iterations after the exit now run too: their statements may only bind locals.
         if not all(_assignment(s) is not None for s in block.body[:i]) or not _local_effects_only(if_node.test):
             return None
-        if any(isinstance(n, cst.Yield) for n in _walk(fn)):
+        if contains(fn, cst.Yield):
             return None
         self._plan = self._rewrite(ctx, fn, outer, j, block, if_node, cond, v, final)
         return outer
@@ -375,25 +359,25 @@ class EarlyExitToWhere(_BranchRecipe):
             return _line(cst.Assign(targets=[cst.AssignTarget(pair)], value=value_flag))
 
         first = cst.Comparison(cst.Name(exited), [cst.ComparisonTarget(cst.Is(), cst.Name("None"))])
-        where = _call("torch.where", cst.Name(exited), cst.Name(result), v)
+        where = make_call("torch.where", cst.Name(exited), cst.Name(result), v)
         either = cst.BinaryOperation(cst.Name(exited), cst.BitOr(), cst.Name(stop))
         select = cst.If(
             test=first,
             body=cst.IndentedBlock([update(v, cst.Name(stop))]),
             orelse=cst.Else(cst.IndentedBlock([update(where, either)])),
         )
-        loop_body = [*block.body[:-1], _statement(_assign(stop, cond), if_node), select]
+        loop_body = [*block.body[:-1], statement(_assign(stop, cond), if_node), select]
         for_node = outer.body[j]
         init = _line(_assign(exited, cst.Name("None"))).with_changes(leading_lines=for_node.leading_lines)
         new_for = for_node.with_changes(body=block.with_changes(body=loop_body), leading_lines=[])
         # After the loop: the remembered value, or what the original returns when
         # no iteration exited. When that is `v` again, the remembered value is it,
         # unless the loop may not run at all and `v` was bound before it.
-        if ctx.code(final) == ctx.code(v) and not all(_bound_before(ctx, n, for_node) for n in _free_names(v)):
+        if ctx.code(final) == ctx.code(v) and not all(bound_before(ctx, n, for_node) for n in variable_names(v)):
             value = cst.Name(result)
         else:
             value = cst.IfExp(
-                test=first, body=final, orelse=_call("torch.where", cst.Name(exited), cst.Name(result), final)
+                test=first, body=final, orelse=make_call("torch.where", cst.Name(exited), cst.Name(result), final)
             )
         ret_line = outer.body[j + 1]
         ret_line = ret_line.with_changes(body=[ret_line.body[0].with_changes(value=value)])

@@ -54,6 +54,7 @@ from libcst.metadata import Assignment, QualifiedNameSource
 
 from gbfix.recipes.base import Recipe, Replacement, SiteContext
 from gbfix.recipes.print_call import call_at, is_module_global, qualified_names
+from gbfix.recipes.tree import walk
 
 
 def imported_name(ctx: SiteContext, func: cst.BaseExpression) -> str | None:
@@ -125,7 +126,7 @@ def _partner_width(ctx: SiteContext, fn: cst.FunctionDef, call: cst.Call) -> cst
     partners: set[str] = set()
     params = {p.name.value for p in (*fn.params.params, *fn.params.posonly_params, *fn.params.kwonly_params)}
     before = ctx.file.span(call)[0]
-    for node in _walk(fn.body):
+    for node in walk(fn.body, nested=False):
         if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Multiply, cst.Add, cst.Subtract))):
             continue
         for mine, other in ((node.left, node.right), (node.right, node.left)):
@@ -145,17 +146,10 @@ def _assigned_before(fn: cst.FunctionDef, name: str, at: tuple[int, int], ctx: S
     """``name`` is assigned once in the function, by a plain statement before ``at``."""
     writes = [
         n
-        for n in _walk(fn.body)
+        for n in walk(fn.body, nested=False)
         if isinstance(n, cst.AssignTarget) and isinstance(n.target, cst.Name) and n.target.value == name
     ]
     return len(writes) == 1 and ctx.file.span(writes[0])[0] < at
-
-
-def _walk(node: cst.CSTNode):
-    yield node
-    for child in node.children:
-        if not isinstance(child, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-            yield from _walk(child)
 
 
 class OneHotNumClasses(Recipe):

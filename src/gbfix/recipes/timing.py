@@ -41,13 +41,12 @@ functions: only calls of the ``time`` module's clocks are taken.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import libcst as cst
 from libcst.metadata import Assignment, Scope
 
 from gbfix.recipes.base import Recipe, Replacement, SiteContext
 from gbfix.recipes.print_call import call_at, qualified_names
+from gbfix.recipes.tree import contains, variables, walk
 
 _CLOCKS = frozenset(
     f"time.{name}{suffix}"
@@ -131,7 +130,7 @@ class _Timing(Recipe):
         """Locals the statement assigns, and locals it reads that some clock read assigns."""
         scope = self._scope(stmt)
         names: set[str] = set()
-        for node in _names(stmt):
+        for node in variables(stmt):
             for a in scope[node.value] if scope is not None else ():
                 if not isinstance(a, Assignment) or a.scope is not scope or isinstance(a.node, cst.Param):
                     continue
@@ -158,7 +157,7 @@ class _Timing(Recipe):
         return self._ctx.file.scopes.get(stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) else stmt)
 
     def _has_clock(self, node: cst.CSTNode) -> bool:
-        return _has(node, lambda n: isinstance(n, cst.Call) and self._is_clock(self._ctx, n))
+        return contains(node, cst.Call, lambda n: self._is_clock(self._ctx, n))
 
     def _check(self, stmt: cst.SimpleStatementLine) -> None:
         """A statement that may go under the guard: one assignment or reporting call."""
@@ -176,7 +175,7 @@ class _Timing(Recipe):
                 raise _Decline("a call that may do more than report")
         elif not isinstance(small, cst.AugAssign):
             raise _Decline("return, raise, del, ...")
-        if _has(stmt, lambda n: isinstance(n, (cst.NamedExpr, cst.Yield, cst.Await, cst.Lambda))):
+        if contains(stmt, (cst.NamedExpr, cst.Yield, cst.Await, cst.Lambda)):
             raise _Decline("walrus, yield, await or lambda")
 
     def _reporting(self, expr: cst.BaseExpression) -> bool:
@@ -265,7 +264,7 @@ class ClockUnderCompile(_Timing):
         """A division or modulo whose right operand holds a clock read or a timing variable."""
 
         def timed(expr: cst.CSTNode) -> bool:
-            return self._has_clock(expr) or any(n.value in self._timing_vars for n in _names(expr))
+            return self._has_clock(expr) or any(n.value in self._timing_vars for n in variables(expr))
 
         def divides(n: cst.CSTNode) -> bool:
             if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, _DIVISIONS):
@@ -274,35 +273,7 @@ class ClockUnderCompile(_Timing):
                 return timed(n.value)
             return False
 
-        return _has(stmt, divides)
-
-
-def _names(node: cst.CSTNode) -> list[cst.Name]:
-    found: list[cst.Name] = []
-
-    class _Walk(cst.CSTVisitor):
-        def visit_Name(self, n: cst.Name) -> None:
-            found.append(n)
-
-        def visit_Attribute(self, n: cst.Attribute) -> bool:
-            n.value.visit(self)  # `a.b`: `b` is no variable
-            return False
-
-    node.visit(_Walk())
-    return found
-
-
-def _has(node: cst.CSTNode, test: Callable[[cst.CSTNode], bool]) -> bool:
-    found = False
-
-    class _Walk(cst.CSTVisitor):
-        def on_visit(self, n: cst.CSTNode) -> bool:
-            nonlocal found
-            found = found or test(n)
-            return not found
-
-    node.visit(_Walk())
-    return found
+        return any(divides(n) for n in walk(stmt))
 
 
 RECIPES = (ClockUnderCompile, SkipTiming)

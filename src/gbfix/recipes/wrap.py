@@ -81,6 +81,7 @@ import libcst as cst
 
 from gbfix.recipes.base import Recipe, Replacement, SiteContext
 from gbfix.recipes.print_call import global_bindings, qualified_names
+from gbfix.recipes.tree import nodes
 from gbfix.records import ObservedCall, ValueSpec
 
 # Methods whose result may share memory with their receiver.
@@ -186,7 +187,7 @@ class _Wrap(Recipe):
         self._in_class = _placement(ctx, fn)
         if self._in_class is None or (self._in_class and not self.methods):
             raise _Decline("not a module-level function")
-        if fn.decorators or fn.asynchronous or _own(fn, (cst.Yield,)):
+        if fn.decorators or fn.asynchronous or nodes(fn.body, cst.Yield, nested=False):
             raise _Decline("decorated, async or a generator")
         if fn.name.value in ("forward", "__call__") or fn.name.value.startswith("__"):
             raise _Decline("a module's forward, or a special method")
@@ -195,11 +196,11 @@ class _Wrap(Recipe):
         params = fn.params
         if isinstance(params.star_arg, cst.Param) or params.star_kwarg is not None or params.posonly_params:
             raise _Decline("*args, **kwargs or positional-only parameters")
-        if _nodes(fn.body, (cst.Global, cst.Nonlocal)):
+        if nodes(fn.body, (cst.Global, cst.Nonlocal)):
             raise _Decline("rebinds a global")
-        if any(qualified_names(ctx, n) & _TRACE_AWARE for n in _nodes(fn.body, (cst.Name, cst.Attribute))):
+        if any(qualified_names(ctx, n) & _TRACE_AWARE for n in nodes(fn.body, (cst.Name, cst.Attribute))):
             raise _Decline("asks whether it is being compiled, or reads its caller's frame")
-        if any(_warns_above(ctx, c) for c in _nodes(fn.body, (cst.Call,))):
+        if any(_warns_above(ctx, c) for c in nodes(fn.body, cst.Call)):
             raise _Decline("a warning attributed to a caller")
         if _names_taken(ctx, fn):
             raise _Decline("the function's name is rebound, or the fake's is taken")
@@ -223,7 +224,7 @@ class _Wrap(Recipe):
         if flow.mutates(mutable):
             raise _Decline("mutates an argument or module state")
         held = flow.derived({p.name.value for p in _all_params(fn)} | flow.globals)
-        if any(r.value is None or flow.aliases(r.value, held) for r in _own(fn, (cst.Return,))):
+        if any(r.value is None or flow.aliases(r.value, held) for r in nodes(fn.body, cst.Return, nested=False)):
             raise _Decline("returns an argument, a global or a view of one")
 
 
@@ -298,7 +299,7 @@ def _placement(ctx: SiteContext, fn: cst.FunctionDef) -> bool | None:
 
 def _compiled(ctx: SiteContext, fn: cst.FunctionDef) -> bool:
     """The module hands the function to torch.compile (``torch.compile(fn)``, ``torch.compile(self.fn)``)."""
-    for call in _nodes(ctx.module, (cst.Call,)):
+    for call in nodes(ctx.module, cst.Call):
         if call.args and qualified_names(ctx, call.func) == {"torch.compile"}:
             target = call.args[0].value
             if isinstance(target, cst.Attribute):
@@ -324,7 +325,7 @@ def _entered_from_eager(ctx: SiteContext) -> bool:
 def _result_dropped(ctx: SiteContext, fn: cst.FunctionDef) -> bool:
     """A call in this file discards the function's result: the compiler would drop the
     op as dead code (aot_eager and inductor do), and its effects with it."""
-    for call in _nodes(ctx.module, (cst.Call,)):
+    for call in nodes(ctx.module, cst.Call):
         func = call.func.attr if isinstance(call.func, cst.Attribute) else call.func
         if isinstance(func, cst.Name) and func.value == fn.name.value and isinstance(ctx.file.parent(call), cst.Expr):
             return True
@@ -447,7 +448,7 @@ class _Flow:
         """``seeds`` plus the locals bound to one of them (or a part or view of one)."""
         derived = set(seeds)
         bindings: list[tuple[cst.CSTNode, cst.BaseExpression]] = []
-        for node in _nodes(self.fn.body, (cst.Assign, cst.For, cst.WithItem)):
+        for node in nodes(self.fn.body, (cst.Assign, cst.For, cst.WithItem)):
             if isinstance(node, cst.Assign):
                 bindings += [(t.target, node.value) for t in node.targets]
             elif isinstance(node, cst.For):
@@ -460,7 +461,7 @@ class _Flow:
             for target, value in bindings:
                 values = [e.value for e in value.elements] if isinstance(value, (cst.Tuple, cst.List)) else [value]
                 if any(self.root(v) in derived for v in values):
-                    for name in _nodes(target, (cst.Name,)):
+                    for name in nodes(target, cst.Name):
                         if name.value not in derived:
                             derived.add(name.value)
                             changed = True
@@ -469,7 +470,7 @@ class _Flow:
     def mutates(self, seeds: set[str]) -> bool:
         """Item/attribute assignment, ``+=``, an in-place or mutating method, ``out=``, on one of ``seeds``."""
         derived = self.derived(seeds)
-        for node in _nodes(self.fn.body, (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Del)):
+        for node in nodes(self.fn.body, (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Del)):
             targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
             for target in _unpacked(targets):
                 if isinstance(target, (cst.Attribute, cst.Subscript)) and self.root(target) in derived:
@@ -477,7 +478,7 @@ class _Flow:
                 # `x += 1` on a tensor is in place
                 if isinstance(node, cst.AugAssign) and isinstance(target, cst.Name) and target.value in derived:
                     return True
-        for call in _nodes(self.fn.body, (cst.Call,)):
+        for call in nodes(self.fn.body, cst.Call):
             if any(a.keyword is not None and a.keyword.value == "out" for a in call.args):
                 return True
             func = call.func
@@ -705,37 +706,6 @@ def _literal_default(node: cst.BaseExpression) -> bool:
         node = node.expression
     constant = isinstance(node, cst.Name) and node.value in ("None", "True", "False")
     return constant or isinstance(node, _LITERAL_DEFAULTS)
-
-
-# ---- tree walking ----------------------------------------------------------------------
-
-
-def _nodes(node: cst.CSTNode, types: tuple[type, ...]) -> list:
-    """Every node of ``types`` below ``node`` (itself included), nested scopes too."""
-    found: list = []
-
-    class _Walk(cst.CSTVisitor):
-        def on_visit(self, n: cst.CSTNode) -> bool:
-            if isinstance(n, types):
-                found.append(n)
-            return True
-
-    node.visit(_Walk())
-    return found
-
-
-def _own(fn: cst.FunctionDef, types: tuple[type, ...]) -> list:
-    """Nodes of ``types`` in the function's own scope: not in nested defs, lambdas or classes."""
-    found: list = []
-
-    class _Walk(cst.CSTVisitor):
-        def on_visit(self, n: cst.CSTNode) -> bool:
-            if isinstance(n, types):
-                found.append(n)
-            return not isinstance(n, (cst.FunctionDef, cst.Lambda, cst.ClassDef))
-
-    fn.body.visit(_Walk())
-    return found
 
 
 RECIPES = (WrapCustomOp, WrapLeafFunction)
