@@ -99,6 +99,7 @@ class _Session:
         # Sites no recipe could fix: original key -> the version of its file then. A
         # later edit to that file (a loop rewritten, a config set) may make one fixable.
         self.hopeless: dict[tuple, int] = {}
+        self.rejected: dict[tuple, set[str]] = {}  # original site key -> recipes whose edit for it failed
         self.noise: Noise | None = None  # run-to-run differences of the original, once measured
         self.own_reference: RunResult | None = None  # the original on its own backend, if needed
         self.uncompiled: RunResult | None = None  # the original with Dynamo off, if needed
@@ -181,6 +182,7 @@ class _Session:
             return result
         if len(group) == 1:
             self.outcomes = [Outcome(o.edit, "rejected:backend", why) if o.edit is group[0] else o for o in self.outcomes]
+            self.rejected.setdefault(self.where[group[0].id], set()).add(group[0].recipe)
             return None
         mid = len(group) // 2
         first = self.own_settle(group[:mid], kept, locator)
@@ -225,7 +227,10 @@ class _Session:
     def propose(self, site: Site, locator: Locator, caps: frozenset[str]) -> list[Edit]:
         ctx = self._context(site, locator, caps)
         out = []
+        tried = self.rejected.get(self.original_key(site), set())
         for recipe in recipes.candidates(site.code, unsafe=self.opts.unsafe_fixes):
+            if recipe.name in tried:  # its own edit failed here before: not again in a later round
+                continue
             rw = recipe().propose(ctx)
             if rw is None:
                 continue
@@ -327,6 +332,7 @@ class _Session:
 
     def reject(self, edit: Edit, status: Status, detail: str) -> None:
         self.outcomes.append(Outcome(edit, status, detail))
+        self.rejected.setdefault(self.where[edit.id], set()).add(edit.recipe)
 
     # --- rounds -------------------------------------------------------------
     def round(self, run: RunResult, caps: frozenset[str]) -> RunResult | None:
