@@ -110,7 +110,14 @@ class _Session:
     # --- coordinates ------------------------------------------------------
     def original_key(self, site: Site) -> tuple:
         lm = self.to_original.get(site.path)
-        line = lm(site.line).line if lm else site.line
+        at = lm(site.line) if lm else None
+        line = at.line if at else site.line
+        if at is not None and at.rewritten:
+            # A line an edit rewrote: its columns are new; the same code on the same
+            # original line is the break seen before (an `.item()` kept inside a new print).
+            for key in self.seen:
+                if key[0] == site.path and key[1] == line and key[3] == site.code:
+                    return key
         return (site.path, line, site.col, site.code)
 
     def note_site(self, site: Site) -> tuple:
