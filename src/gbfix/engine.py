@@ -380,11 +380,12 @@ class _Session:
             group, _ = edit_ops.non_overlapping(heads)
             group = [e for e in group if not _is_global(e)] or group[:1]
             last = self.settle(group, accepted, rnd) or last
-            if rnd.present is not None:  # sites an accepted edit fixed on the way need no edit of their own
-                for key in [k for k, eds in queue.items() if (eds[0].path, eds[0].site.line, eds[0].site.code) not in rnd.present]:
-                    if _edit_identity(queue[key][0]) not in {_edit_identity(e) for e in group}:
-                        queue.pop(key)
             tried = {_edit_identity(e): e for e in group}
+            if rnd.present is not None:  # sites an accepted edit fixed on the way need no edit of their own
+                for key, eds in list(queue.items()):
+                    head = eds[0]
+                    if (head.path, head.site.line, head.site.code) not in rnd.present and _edit_identity(head) not in tried:
+                        queue.pop(key)
             done = {_edit_identity(e) for e in accepted}
             for key, eds in list(queue.items()):
                 ident = _edit_identity(eds[0])
@@ -556,7 +557,7 @@ class _Round:
 
 def _is_global(edit: Edit) -> bool:
     """The edit changes the whole process (a config route), not just its span."""
-    return any(r.name == edit.recipe and r.process_wide for r in recipes.all_recipes())
+    return recipes.named(edit.recipe).process_wide
 
 
 def _edit_identity(edit: Edit) -> tuple:
@@ -566,8 +567,7 @@ def _edit_identity(edit: Edit) -> tuple:
 
 def _tolerated(edits: list[Edit]) -> frozenset[str]:
     """What the verifier lets these edits change (see ``verify.behaviour_diff``)."""
-    by_name = {r.name: r for r in recipes.all_recipes()}
-    return frozenset().union(*(by_name[e.recipe].tolerates for e in edits))
+    return frozenset().union(*(recipes.named(e.recipe).tolerates for e in edits))
 
 
 def fix(paths: list[Path], entry: Entry, opts: Options = Options(), progress: Callable[[str], None] = lambda _: None) -> Result:

@@ -7,6 +7,7 @@ examples to ``rules/<GB code>.md`` (the tests run them).
 
 from __future__ import annotations
 
+import functools
 import importlib
 
 import libcst as cst
@@ -45,6 +46,16 @@ def all_recipes() -> tuple[type[Recipe], ...]:
     return tuple(out)
 
 
+@functools.cache
+def _by_name() -> dict[str, type[Recipe]]:
+    return {r.name: r for r in all_recipes()}
+
+
+def named(name: str) -> type[Recipe]:
+    """The recipe class an Edit names."""
+    return _by_name()[name]
+
+
 def finalize(module: cst.Module) -> cst.Module:
     """Bring what recipes wrote up to date with the whole edited file: the
     numbered warn helper's calls carry their own line, which any edit above
@@ -60,4 +71,4 @@ def candidates(code: str, *, unsafe: bool) -> list[type[Recipe]]:
     return sorted(found, key=lambda r: r.safety != "safe")
 
 
-__all__ = ["Recipe", "Rewrite", "SiteContext", "all_recipes", "candidates", "finalize"]
+__all__ = ["Recipe", "Rewrite", "SiteContext", "all_recipes", "candidates", "finalize", "named"]
