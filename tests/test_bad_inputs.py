@@ -39,6 +39,11 @@ def test_missing_path(gbfix, bad):
     assert snapshot(bad) == before
 
 
+def test_missing_path_is_reported_before_a_missing_entry(gbfix, bad):
+    proc = gbfix("nowhere/", cwd=bad)
+    assert_one_line_error(proc, "nowhere", "no such file")
+
+
 def test_syntax_error_in_target(gbfix, bad):
     proc = gbfix("--entry", "python raises.py", "syntax_error.py", cwd=bad)
     assert_one_line_error(proc, "syntax_error.py:4", "syntax error")

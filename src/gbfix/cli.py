@@ -94,9 +94,11 @@ def fix(
     from gbfix import engine, report  # libcst and the engine: only for this command
     from gbfix.config import find_config
     from gbfix.entry import resolve
+    from gbfix.sources import check_paths
 
     targets = list(paths) or [Path(".")]
-    config = find_config(targets[0] if targets[0].exists() else Path.cwd())
+    check_paths(targets)  # a missing path is the first thing to say, before the entry
+    config = find_config(targets[0])
     the_entry = resolve(entry, targets, Path.cwd())
     opts = engine.Options(
         unsafe_fixes=unsafe_fixes if unsafe_fixes is not None else bool(config and config.unsafe_fixes),

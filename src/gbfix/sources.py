@@ -55,14 +55,20 @@ def read(path: Path) -> SourceFile:
     return SourceFile(path.resolve(), data, text, encoding)
 
 
-def collect(paths: list[Path]) -> dict[Path, SourceFile]:
-    """All Python files under the given paths, keyed by resolved path."""
-    files: dict[Path, SourceFile] = {}
+def check_paths(paths: list[Path]) -> None:
+    """Each target exists and is a folder or a .py file (checked before anything runs)."""
     for p in paths:
         if not p.exists():
             raise GbfixError(f"{p}: no such file or directory")
         if p.is_file() and p.suffix != ".py":
             raise GbfixError(f"{p}: not a Python file")
+
+
+def collect(paths: list[Path]) -> dict[Path, SourceFile]:
+    """All Python files under the given paths, keyed by resolved path."""
+    check_paths(paths)
+    files: dict[Path, SourceFile] = {}
+    for p in paths:
         for f in python_files(p):
             files.setdefault(f.resolve(), read(f))
     return files
