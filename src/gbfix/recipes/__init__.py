@@ -27,6 +27,9 @@ _MODULES = (
     "copying",
     "timing",
     "generator",
+    "split_step",
+    "grad_mode",
+    "sorting",
     "wrap",  # opaque ops around a helper: after every recipe that keeps the code traced
     "config_route",  # global config: the fallback after every source rewrite
 )
