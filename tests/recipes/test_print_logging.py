@@ -234,8 +234,10 @@ def test_logging_op_helper():
     lines = out.splitlines()
     at = lines.index("import torch") + 3
     assert lines[at] == """@torch.library.custom_op(f"gbfix::log_{__name__.replace('.', '_')}", mutates_args=())"""
-    assert lines[at + 1] == "def _gbfix_log(owner: str, method: str, message: str) -> None:"
-    assert "    _gbfix_log._opoverload, torch._higher_order_ops.effects._EffectType.ORDERED" in lines
+    assert lines[at + 1] == "def _gbfix_log_op(owner: str, method: str, message: str, device: torch.Tensor) -> None:"
+    assert "    _gbfix_log_op._opoverload, torch._higher_order_ops.effects._EffectType.ORDERED" in lines
+    # the call site's helper hands the op a tensor: inductor needs the op's device
+    assert "    _gbfix_log_op(owner, method, message, torch.empty(0))" in lines
     assert '        _gbfix_log("logger", "warning", "x")' in lines
     assert "\n\n\nlogger = logging.getLogger(__name__)" in out
 
@@ -475,7 +477,8 @@ def test_warn_op_helper_and_imports():
     assert out.startswith("import warnings\n\nimport torch\nimport builtins\n\n\n@torch.library.custom_op(")
     assert out.count("def _gbfix_warn(") == 1
     assert "    warnings.warn_explicit(\n" in out
-    assert "    _gbfix_warn._opoverload, torch._higher_order_ops.effects._EffectType.ORDERED\n" in out
+    assert "    _gbfix_warn_op._opoverload, torch._higher_order_ops.effects._EffectType.ORDERED\n" in out
+    assert "    _gbfix_warn_op(message, category, lineno, torch.empty(0))\n" in out
     assert out.index("def _gbfix_warn(") < out.index("class LegacyWarning")
 
 

@@ -137,22 +137,29 @@ class LoggerToOp(LoggerRecipe):
     helper = "_gbfix_log"
     helper_code = '''\
 @torch.library.custom_op(f"gbfix::log_{__name__.replace('.', '_')}", mutates_args=())
-def _gbfix_log(owner: str, method: str, message: str) -> None:
+def _gbfix_log_op(owner: str, method: str, message: str, device: torch.Tensor) -> None:
     # Added by gbfix: a custom op that runs at run time inside compiled graphs.
     # The logger travels by the name of its global; the op is named after
     # this module so that each module registers its own.
     getattr(globals()[owner], method)(message)
 
 
-@_gbfix_log.register_fake
-def _gbfix_log_fake(owner, method, message):
+@_gbfix_log_op.register_fake
+def _gbfix_log_fake(owner, method, message, device):
     return None
 
 
 # An ORDERED effect: without it a custom op with no output is dead code to inductor.
 torch._higher_order_ops.effects._register_effectful_op(
-    _gbfix_log._opoverload, torch._higher_order_ops.effects._EffectType.ORDERED
+    _gbfix_log_op._opoverload, torch._higher_order_ops.effects._EffectType.ORDERED
 )
+
+
+def _gbfix_log(owner, method, message):
+    # The op takes a tensor only so that inductor knows its device: an op with
+    # none is emitted before the fused CPU kernel pending ahead of it, whose
+    # buffers are then freed too early (UnboundLocalError in generated code).
+    _gbfix_log_op(owner, method, message, torch.empty(0))
 '''
 
     def match(self, ctx: SiteContext) -> cst.Call | None:

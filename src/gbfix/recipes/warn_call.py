@@ -111,7 +111,7 @@ class WarnToOp(WarnRecipe):
     helper = NUMBERED_HELPER
     helper_code = '''\
 @torch.library.custom_op(f"gbfix::warn_{__name__.replace('.', '_')}", mutates_args=())
-def _gbfix_warn(message: str, category: str, lineno: int) -> None:
+def _gbfix_warn_op(message: str, category: str, lineno: int, device: torch.Tensor) -> None:
     # Added by gbfix: a custom op that runs at run time inside compiled graphs.
     # The warning is attributed to line `lineno` of this module, with its
     # filters and once-per-location registry, as warnings.warn there would.
@@ -123,15 +123,22 @@ def _gbfix_warn(message: str, category: str, lineno: int) -> None:
     )
 
 
-@_gbfix_warn.register_fake
-def _gbfix_warn_fake(message, category, lineno):
+@_gbfix_warn_op.register_fake
+def _gbfix_warn_fake(message, category, lineno, device):
     return None
 
 
 # An ORDERED effect: without it a custom op with no output is dead code to inductor.
 torch._higher_order_ops.effects._register_effectful_op(
-    _gbfix_warn._opoverload, torch._higher_order_ops.effects._EffectType.ORDERED
+    _gbfix_warn_op._opoverload, torch._higher_order_ops.effects._EffectType.ORDERED
 )
+
+
+def _gbfix_warn(message, category, lineno):
+    # The op takes a tensor only so that inductor knows its device: an op with
+    # none is emitted before the fused CPU kernel pending ahead of it, whose
+    # buffers are then freed too early (UnboundLocalError in generated code).
+    _gbfix_warn_op(message, category, lineno, torch.empty(0))
 '''
 
     def match(self, ctx: SiteContext) -> cst.Call | None:
