@@ -30,6 +30,7 @@ _MODULES = (
     "split_step",
     "grad_mode",
     "sorting",
+    "library_class",  # a break inside a library class: the other recipes, on a subclass in the user's code
     "wrap",  # opaque ops around a helper: after every recipe that keeps the code traced
     "config_route",  # global config: the fallback after every source rewrite
 )
