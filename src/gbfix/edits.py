@@ -34,13 +34,30 @@ def apply(parsed: ParsedFile, edits: Iterable[Edit]) -> bytes:
     if not edits:
         return parsed.source.data
     module = parsed.module.visit(_Replace({id(e.original): e.replacement for e in edits}))
-    imports = [imp for e in edits for imp in e.imports]
+    imports = [imp for imp in dict.fromkeys(imp for e in edits for imp in e.imports) if not _imported(module, *imp)]
     if imports:
         context = CodemodContext()
-        for mod, name in dict.fromkeys(imports):
+        for mod, name in imports:
             AddImportsVisitor.add_needed_import(context, mod, name)
         module = AddImportsVisitor(context).transform_module(module)
     return recipes.finalize(module).bytes
+
+
+def _imported(module: cst.Module, mod: str, name: str | None) -> bool:
+    """Whether a top-level `import mod` / `from mod import name` is already there
+    (AddImportsVisitor would find it too, at the cost of a pass over the file)."""
+    for stmt in module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if name is None and isinstance(small, cst.Import):
+                if any(a.asname is None and _EMPTY.code_for_node(a.name) == mod for a in small.names):
+                    return True
+            elif name is not None and isinstance(small, cst.ImportFrom) and not small.relative and small.module is not None:
+                if _EMPTY.code_for_node(small.module) == mod and not isinstance(small.names, cst.ImportStar):
+                    if any(a.asname is None and _EMPTY.code_for_node(a.name) == name for a in small.names):
+                        return True
+    return False
 
 
 def code_of(edit: Edit) -> str:
