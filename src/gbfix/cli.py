@@ -74,50 +74,103 @@ def _progress(quiet: bool):
     return say
 
 
+def _codes(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...] | None:
+    """--select / --ignore: comma-separated, repeatable; None when not given (the config decides)."""
+    from gbfix.suppress import parse_selectors
+
+    if not values:
+        return None
+    try:
+        return parse_selectors([c for v in values for c in v.split(",") if c.strip()])
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def selection_options(f):
+    """--select and --ignore, for every command that reports graph breaks."""
+    f = click.option("--ignore", multiple=True, callback=_codes, metavar="CODES",
+                     help="Codes not to report or fix: GB0059, a prefix (GB01) or ALL; comma-separated, repeatable. Replaces `ignore` of [tool.gbfix].")(f)
+    return click.option("--select", multiple=True, callback=_codes, metavar="CODES",
+                        help="Codes to report and fix (default ALL): GB0059, a prefix (GB01) or ALL; comma-separated, repeatable. Replaces `select` of [tool.gbfix].")(f)
+
+
+OUTPUT_FORMAT = click.option(
+    "--output-format", "--format", "fmt", type=click.Choice(["text", "json", "github", "sarif"]), default="text", show_default=True,
+    help="text; json (a stable document); github (workflow annotations); sarif (SARIF 2.1.0, for code scanning).",
+)
+_TIMEOUT = click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Seconds one run of the entry may take (default 900).")
+_ENTRY = click.option("-e", "--entry", help="What to run: 'script.py ARGS', 'python -m pkg.mod ARGS' or 'pytest ARGS'.")
+_UNSAFE = click.option("--unsafe-fixes/--no-unsafe-fixes", default=None, help="Also try fixes that may change behaviour (still verified).")
+_FULLGRAPH = click.option(
+    "--fullgraph/--no-fullgraph", default=None, help="Aim for zero breaks; then add fullgraph=True where the program compiles, proven by a real run."
+)
+_BACKEND = click.option(
+    "--backend", type=click.Choice(["own", "eager", "inductor"]), default=None,
+    help="Backend of the final check of the edits: the program's own (default), eager, or inductor.",
+)
+
+
 @cli.command(context_settings=_HELP, short_help="Detect, fix and verify graph breaks (the default command).")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--dry-run", "mode", flag_value="dry-run", default=True, help="Show the verified diff; write nothing (default).")
 @click.option("--apply", "mode", flag_value="apply", help="Write the verified edits.")
-@click.option("-e", "--entry", help="What to run: 'script.py ARGS', 'python -m pkg.mod ARGS' or 'pytest ARGS'.")
-@click.option("--timeout", type=float, help="Seconds one run of the entry may take.")
-@click.option("--unsafe-fixes", is_flag=True, default=None, help="Also try fixes that may change behaviour (still verified).")
-@click.option("--fullgraph", is_flag=True, help="Aim for zero breaks; then add fullgraph=True where the program compiles, proven by a real run.")
+@_ENTRY
+@_TIMEOUT
+@_UNSAFE
+@_FULLGRAPH
+@_BACKEND
+@selection_options
+@OUTPUT_FORMAT
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 def fix(
-    paths: tuple[Path, ...], mode: str, entry: str | None, timeout: float | None, unsafe_fixes: bool | None, fullgraph: bool, quiet: bool
+    paths: tuple[Path, ...], mode: str, entry: str | None, timeout: float | None, unsafe_fixes: bool | None, fullgraph: bool | None,
+    backend: str | None, select: tuple[str, ...] | None, ignore: tuple[str, ...] | None, fmt: str, quiet: bool,
 ) -> None:
     """Run the entry, find its graph breaks in PATHS, and fix them with verified edits (the default command).
 
-    PATHS are the files and folders gbfix may edit (default: the current folder).
-    Exit codes: 0 nothing left to fix, 1 breaks found or edits to make, 2 error.
+    PATHS are the files and folders gbfix may edit (default: `targets` of [tool.gbfix], else
+    the current folder). Exit codes: 0 nothing left to fix, 1 breaks found or edits to make, 2 error.
     """
-    from gbfix import engine, report  # libcst and the engine: only for this command
-    from gbfix.config import find_config
+    from gbfix import engine, formats, report  # libcst and the engine: only for this command
+    from gbfix.config import resolve as settings_for
     from gbfix.entry import resolve
     from gbfix.sources import check_paths
+    from gbfix.suppress import Filter
 
-    targets = list(paths) or [Path(".")]
-    check_paths(targets)  # a missing path is the first thing to say, before the entry
-    config = find_config(targets[0])
+    if paths:
+        check_paths(list(paths))  # a missing path is the first thing to say, before the entry or the config
+    flags = {"entry": entry, "timeout": timeout, "unsafe-fixes": unsafe_fixes, "fullgraph": fullgraph, "backend": backend, "select": select, "ignore": ignore}
+    settings = settings_for(paths, flags)
+    targets = settings.targets()
+    check_paths(targets)
     the_entry = resolve(entry, targets, Path.cwd())
     opts = engine.Options(
-        unsafe_fixes=unsafe_fixes if unsafe_fixes is not None else bool(config and config.unsafe_fixes),
-        timeout=timeout or (config.timeout if config and config.timeout else engine.Options.timeout),
-        fullgraph=fullgraph,
+        unsafe_fixes=settings["unsafe-fixes"],
+        timeout=settings["timeout"],
+        fullgraph=settings["fullgraph"],
+        selection=Filter(settings["select"], settings["ignore"]),
+        backend=settings["backend"],
     )
-    result = engine.fix(targets, the_entry, opts, _progress(quiet))
+    result, suppressed = report.filtered(engine.fix(targets, the_entry, opts, _progress(quiet)), opts.selection)
     applied = mode == "apply"
-    for finding in result.findings:
-        click.echo(report.diagnostic(finding))
-    if result.fixed and not applied:
-        click.echo(result.diff(report.display_path), nl=False)
+    if fmt == "text":
+        for finding in result.findings:
+            click.echo(report.diagnostic(finding))
+        if result.fixed and not applied:
+            click.echo(result.diff(report.display_path), nl=False)
     for note in result.notes:
         click.echo(f"note: {note}", err=True)
-    if applied:
-        for path in engine.write(result):
-            click.echo(f"wrote {report.display_path(path)}", err=True)
-    click.echo(report.summary(result, applied), err=True)
-    sys.exit(report.exit_code(result, applied))
+    written = engine.write(result) if applied else []
+    for path in written:
+        click.echo(f"wrote {report.display_path(path)}", err=True)
+    summary, code = report.summary(result, applied, suppressed=suppressed), report.exit_code(result, applied)
+    if fmt != "text":
+        doc = formats.fix_document(
+            result, applied=applied, summary=summary, exit_code=code, suppressed=suppressed, display=report.display_path, written=written
+        )
+        click.echo(formats.render(fmt, doc), nl=False)
+    click.echo(summary, err=True)
+    sys.exit(code)
 
 
 _FORMAT = click.option(
@@ -139,25 +192,95 @@ def explain(code: str, fmt: str) -> None:
 
 @cli.command(context_settings=_HELP, short_help="Static check for likely graph breaks (no torch import).")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
-@_FORMAT
-def lint(paths: tuple[Path, ...], fmt: str) -> None:
+@selection_options
+@OUTPUT_FORMAT
+def lint(paths: tuple[Path, ...], select: tuple[str, ...] | None, ignore: tuple[str, ...] | None, fmt: str) -> None:
     """Statically find likely graph breaks in code reached from torch.compile (no torch, nothing run).
 
-    PATHS are files and folders (default: the current folder); include the files that call
-    torch.compile. Prints `path:line:col: GBxxxx likely: message`; exit 1 when anything is
-    found (syntax errors are reported as E999), 0 when nothing, 2 on errors.
+    PATHS are files and folders (default: `targets` of [tool.gbfix], else the current folder);
+    include the files that call torch.compile. Prints `path:line:col: GBxxxx likely: message`;
+    exit 1 when anything is found (syntax errors are reported as E999), 0 when nothing, 2 on errors.
     """
+    from gbfix.config import resolve as settings_for
     from gbfix.lint import lint as run_lint
+    from gbfix.suppress import Filter
 
-    result = run_lint(list(paths) or [Path(".")])
-    if fmt == "json":
-        data = {"findings": [f.__dict__ for f in result.findings], "files": result.files, "regions": result.regions}
-        click.echo(json.dumps(data, indent=2))
-    else:
+    settings = settings_for(paths, {"select": select, "ignore": ignore})
+    result = run_lint(settings.targets(), selection=Filter(settings["select"], settings["ignore"]))
+    code = 1 if result.findings else 0
+    if fmt == "text":
         for f in result.findings:
             click.echo(f.render())
+    else:
+        from gbfix import formats
+
+        doc = formats.lint_document(result, summary=result.summary(), exit_code=code, suppressed=result.suppressed)
+        click.echo(formats.render(fmt, doc), nl=False)
     click.echo(result.summary(), err=True)
-    sys.exit(1 if result.findings else 0)
+    sys.exit(code)
+
+
+@cli.command("config", context_settings=_HELP, short_help="Show the settings gbfix resolves: flags, [tool.gbfix], defaults.")
+@click.argument("path", required=False, type=click.Path(path_type=Path))
+@_ENTRY
+@_TIMEOUT
+@_UNSAFE
+@_FULLGRAPH
+@_BACKEND
+@selection_options
+@_FORMAT
+def config_command(
+    path: Path | None, entry: str | None, timeout: float | None, unsafe_fixes: bool | None, fullgraph: bool | None,
+    backend: str | None, select: tuple[str, ...] | None, ignore: tuple[str, ...] | None, fmt: str,
+) -> None:
+    """Print each setting `gbfix PATH` would use, its value and where it came from (a flag,
+    the pyproject.toml of [tool.gbfix], or the default). The same flags as `fix` override."""
+    from gbfix.config import display
+    from gbfix.config import resolve as settings_for
+    from gbfix.sources import check_paths
+
+    paths = (path,) if path is not None else ()
+    check_paths(list(paths))
+    flags = {"entry": entry, "timeout": timeout, "unsafe-fixes": unsafe_fixes, "fullgraph": fullgraph, "backend": backend, "select": select, "ignore": ignore}
+    settings = settings_for(paths, flags)
+    where = display(settings.config.path, Path.cwd()) if settings.config else None
+    values = {key: {"value": list(s.value) if isinstance(s.value, tuple) else s.value, "source": s.source, "origin": s.origin}
+              for key, s in settings.values.items()}
+    if fmt == "json":
+        click.echo(json.dumps({"config": where, "settings": values}, indent=2))
+        return
+    click.echo(f"# [tool.gbfix] from {where}" if where else "# no [tool.gbfix] in a pyproject.toml here or above: flags and defaults")
+    width = max(map(len, values))
+    for key, v in values.items():
+        shown = "(not set)" if v["value"] is None else json.dumps(v["value"])
+        click.echo(f"{key:<{width}} = {shown:<24} # {v['origin']}")
+
+
+@cli.command(context_settings=_HELP, short_help="CI gate: fail on graph breaks not in the baseline (one run, no fixing).")
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@_ENTRY
+@_TIMEOUT
+@selection_options
+@click.option(
+    "--baseline", "baseline_file", type=click.Path(dir_okay=False, path_type=Path),
+    help="The baseline file (default: .gbfix-baseline.json next to pyproject.toml, else in the current folder).",
+)
+@click.option("--update-baseline", is_flag=True, help="Write the breaks found now to the baseline and exit 0.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+def check(
+    paths: tuple[Path, ...], entry: str | None, timeout: float | None, select: tuple[str, ...] | None, ignore: tuple[str, ...] | None,
+    baseline_file: Path | None, update_baseline: bool, quiet: bool,
+) -> None:
+    """Run the entry once and fail on graph breaks in PATHS that the baseline does not list (nothing is fixed).
+
+    Breaks are keyed by GB code, file and enclosing function, with a count, not by line.
+    PATHS default to `targets` of [tool.gbfix], else the current folder.
+    Exit codes: 0 no new breaks (or --update-baseline), 1 new breaks, 2 error.
+    """
+    from gbfix import check as gate  # the engine and torch: only for this command
+
+    flags = {"entry": entry, "timeout": timeout, "select": select, "ignore": ignore}
+    sys.exit(gate.main(list(paths), flags, baseline_file, update_baseline, _progress(quiet)))
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ from gbfix.linemap import LineMap
 from gbfix.locate import Locator, owned_frame
 from gbfix.records import Break, Edit, ObservedCall, Outcome, RunResult, Site, Status
 from gbfix.sources import SourceFile
+from gbfix.suppress import Filter
 from gbfix.verify import Noise, TrialBreak, behaviour_diff, describe, place, site_key, site_verdict
 
 MAX_ROUNDS = 4
@@ -34,6 +35,13 @@ class Options:
     fullgraph: bool = False  # aim for zero breaks and prove it with fullgraph=True
     timeout: float = 900.0
     max_rounds: int = MAX_ROUNDS
+    selection: Filter = Filter()  # select / ignore, and `# gbfix: ignore` comments: sites left alone
+    backend: str = "own"  # the final check's: "own" (the program's), "eager" or "inductor"
+
+    @property
+    def final_backend(self) -> str:
+        """The child's mode for the final check (see ``child.compile_patch``)."""
+        return "own" if self.backend == "own" else f"force:{self.backend}"
 
 
 @dataclass(frozen=True)
@@ -167,7 +175,7 @@ class _Session:
             expected = self.own_reference or self.baseline
             self.progress(f"own-backend run with {what}")
             try:
-                result = self.prober.run(overlay=overlay, baseline=expected.outputs_path, backend="own")
+                result = self.prober.run(overlay=overlay, baseline=expected.outputs_path, backend=self.opts.final_backend)
             except RunFailed as e:
                 return None, f"the edited program fails on its own backend: {e}"
             diff = behaviour_diff(expected, result, tolerate, self.noise or Noise())
@@ -177,7 +185,7 @@ class _Session:
                 return None, f"on its own backend, {diff}"
             self.progress("running the original on its own backend for reference")
             try:
-                self.own_reference = self.prober.run(backend="own")
+                self.own_reference = self.prober.run(backend=self.opts.final_backend)
             except RunFailed as e:
                 raise EntryError(f"the entry `{self.entry.text}` fails on its own backend: {e}") from None
 
@@ -351,9 +359,11 @@ class _Session:
                 key = self.note_site(site)
                 if self.hopeless.get(key) != self._generation(site.path):
                     rnd.sites.setdefault(site_key(site), site)
-        self.observe(list(rnd.sites.values()), rnd.locator, caps)
+        # Deselected or `# gbfix: ignore`d sites get no edit (they stay in rnd.sites: known breaks)
+        wanted = {k: s for k, s in rnd.sites.items() if self.opts.selection.keeps(s.code, self.current[s.path].text, s.line)}
+        self.observe(list(wanted.values()), rnd.locator, caps)
         queue = {}
-        for key, site in rnd.sites.items():
+        for key, site in wanted.items():
             edits = self.propose(site, rnd.locator, caps)
             if edits:
                 queue[key] = edits
@@ -424,7 +434,10 @@ class _Session:
         self.baseline = self.prober.baseline()
         # When every torch.compile call already uses the eager backend, an
         # own-backend run would only repeat a trial run.
-        self.check_own_backend = not all(like_eager for *_, like_eager in self.baseline.compile_sites)
+        # --backend eager: the trials are that check; --backend inductor: always run it.
+        self.check_own_backend = self.opts.backend == "inductor" or (
+            self.opts.backend == "own" and not all(like_eager for *_, like_eager in self.baseline.compile_sites)
+        )
         caps = self.baseline.capabilities
         if self.check_own_backend:
             # leaf_function does not lower in inductor (torch 2.13: InductorError

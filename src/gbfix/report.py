@@ -1,12 +1,17 @@
-"""Report: diagnostics lines, the summary line and the exit code, from an engine Result."""
+"""Report: diagnostics lines, the summary line and the exit code, from an engine Result.
+
+Text only; ``gbfix.formats`` writes the machine formats.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from gbfix.engine import Finding, Result
+from gbfix.suppress import Filter
 
 
 def display_path(path: Path, cwd: Path | None = None) -> str:
@@ -28,7 +33,35 @@ def diagnostic(f: Finding, display: Callable[[Path], str] = display_path) -> str
     return f"{where}: {f.code}{mark} {f.message}{detail}"
 
 
-def summary(result: Result, applied: bool, display: Callable[[Path], str] = display_path) -> str:
+def filtered(result: Result, selection: Filter) -> tuple[Result, int]:
+    """The result without the findings that ``selection`` leaves out, and how many of those
+    a ``# gbfix: ignore`` comment suppressed (the engine already proposed no edit for them).
+
+    Findings are in the coordinates of the original files, so the comments are read there.
+    When anything is left out, ``remaining`` counts the break sites still reported.
+    """
+    kept, suppressed = [], 0
+    for f in result.findings:
+        text = result.originals[f.path].text if f.path in result.originals else None
+        if selection.keeps(f.code, text, f.line):
+            kept.append(f)
+        elif selection.suppressed(f.code, text, f.line):
+            suppressed += 1
+    if len(kept) == len(result.findings):
+        return result, 0
+    remaining = sum(1 for f in kept if f.status != "fixed")
+    return replace(result, findings=tuple(kept), remaining=remaining), suppressed
+
+
+def summary(result: Result, applied: bool, display: Callable[[Path], str] = display_path, suppressed: int = 0) -> str:
+    if not suppressed:
+        return _summary(result, applied, display)
+    if not result.findings:
+        return f"No graph breaks to report in {result.baseline.compiled_calls} call(s) of compiled code: {suppressed} suppressed."
+    return f"{_summary(result, applied, display)} {suppressed} suppressed."
+
+
+def _summary(result: Result, applied: bool, display: Callable[[Path], str]) -> str:
     n = len(result.findings)
     if n == 0 and result.baseline.compiled_calls == 0:
         return "Nothing to do: the entry never called compiled code (torch.compile)."

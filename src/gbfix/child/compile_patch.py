@@ -22,7 +22,8 @@ _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 class CompileRecorder:
     def __init__(self, mode: str, fullgraph: bool | None) -> None:
         # mode "eager": detection (cheap backend, never fullgraph);
-        # mode "own": the program's own settings (the final check).
+        # mode "own": the program's own settings (the final check);
+        # mode "force:<backend>": the program's settings on that backend (gbfix --backend).
         self.mode = mode
         self.fullgraph = fullgraph
         self.calls: list[tuple[str, Any]] = []
@@ -52,6 +53,13 @@ class CompileRecorder:
         if self.mode == "eager":
             kwargs = {k: v for k, v in kwargs.items() if k not in ("backend", "mode", "options")}
             kwargs.update(backend="eager", fullgraph=False)
+        elif self.mode.startswith("force:"):
+            backend = self.mode.partition(":")[2]
+            if kwargs.get("backend", "inductor") != backend:  # mode / options belong to the replaced backend
+                kwargs = {k: v for k, v in kwargs.items() if k not in ("mode", "options")}
+            kwargs = {**kwargs, "backend": backend}
+            if self.fullgraph is not None:
+                kwargs["fullgraph"] = self.fullgraph
         elif self.fullgraph is not None:
             kwargs = {**kwargs, "fullgraph": self.fullgraph}
         compiled = self._real(model, **kwargs)

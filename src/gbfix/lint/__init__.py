@@ -24,8 +24,8 @@ from gbfix.errors import GbfixError
 from gbfix.lint.patterns import check, generator_hit, traced_nodes
 from gbfix.lint.project import COMPILE, OPAQUE_SUFFIXES, ClassInfo, Func, Module, Project, Scope
 from gbfix.sources import python_files
-
-_SUPPRESS = re.compile(r"#\s*gbfix:\s*ignore(?:\[([^\]]*)\])?")
+from gbfix.suppress import Filter, Suppressions
+from gbfix.suppress import of as suppressions_of
 _NEWLINE = re.compile(r"\r\n?|\n")
 # torch._dynamo.config options (set to True at module level) that make Dynamo trace a pattern:
 # .item()/float(t)/int .tolist() become symbolic scalars, masks give symbolic shapes, RNNs are traced.
@@ -57,6 +57,7 @@ class Report:
     findings: list[Finding] = field(default_factory=list)
     files: int = 0
     regions: list[str] = field(default_factory=list)  # "Net.forward (train.py:12)"
+    suppressed: int = 0  # findings a `# gbfix: ignore` comment silenced (not listed)
 
     def summary(self) -> str:
         breaks = [f for f in self.findings if f.code.startswith("GB")]
@@ -73,10 +74,13 @@ class Report:
             line = f"No compiled code found ({checked}): lint follows torch.compile calls, so give it the files that call torch.compile too."
         if errors:
             line += f" {errors} file{'s' if errors != 1 else ''} could not be parsed."
+        if self.suppressed:
+            line += f" {self.suppressed} suppressed."
         return line
 
 
-def lint(paths: list[Path], cwd: Path | None = None) -> Report:
+def lint(paths: list[Path], cwd: Path | None = None, selection: Filter = Filter()) -> Report:
+    """Likely breaks in ``paths``: those ``selection`` selects, less the ``# gbfix: ignore``d (counted)."""
     cwd = cwd or Path.cwd()
     report = Report()
     modules = []
@@ -89,6 +93,19 @@ def lint(paths: list[Path], cwd: Path | None = None) -> Report:
             modules.append(loaded)
     project = Project(modules)
     found: set[Finding] = set()
+    muted: set[tuple] = set()  # (path, line, col, code) of suppressed findings
+    comments: dict[int, Suppressions] = {}
+
+    def keep(m: Module, f: Finding) -> None:
+        if not selection.selects(f.code):
+            return
+        if id(m) not in comments:
+            comments[id(m)] = suppressions_of("\n".join(m.lines)) if any("gbfix" in ln for ln in m.lines) else Suppressions({}, {})
+        if comments[id(m)].covers(f.line, f.code):
+            muted.add((f.path, f.line, f.col, f.code))
+        else:
+            found.add(f)
+
     visited: set[int] = set()
     queue: list[tuple[Func, str]] = []
     roots: set[int] = set()
@@ -96,8 +113,8 @@ def lint(paths: list[Path], cwd: Path | None = None) -> Report:
         roots.add(id(func.node))
         report.regions.append(f"{_label(func)} ({where})")
         hit = generator_hit(func.node)
-        if hit is not None and not _muted(func.module, hit[1], hit[0], func.node):
-            found.add(_finding(func.module, *hit, ""))
+        if hit is not None:
+            keep(func.module, _finding(func.module, *hit, ""))
         queue.append((func, _label(func)))
     # process-wide Dynamo options set in the scanned files make some patterns traceable
     silenced = {c for option, codes in _CONFIG_ROUTES.items() if option in project.config for c in codes}
@@ -108,7 +125,7 @@ def lint(paths: list[Path], cwd: Path | None = None) -> Report:
         visited.add(id(func.node))
         scope = project.scope_of(func)
         via = "" if id(func.node) in roots else root
-        for node, stmt in traced_nodes(func.node):
+        for node, _stmt in traced_nodes(func.node):
             try:
                 hits = list(check(node, scope, project))
                 if isinstance(node, ast.Call):
@@ -116,9 +133,10 @@ def lint(paths: list[Path], cwd: Path | None = None) -> Report:
             except RecursionError:  # an expression nested too deep to follow: skip it
                 continue
             for site, code, message in hits:
-                if code not in silenced and not _muted(func.module, code, site, stmt):
-                    found.add(_finding(func.module, site, code, message, via))
+                if code not in silenced:
+                    keep(func.module, _finding(func.module, site, code, message, via))
     report.findings.extend(_dedupe(found))
+    report.suppressed = len(muted)
     report.findings.sort()
     return report
 
@@ -315,19 +333,6 @@ def _char_col(m: Module, line: int, byte_col: int) -> int:
     # ast columns are UTF-8 byte offsets; editors and gbfix count characters
     text = m.lines[line - 1] if line <= len(m.lines) else ""
     return byte_col if text.isascii() else len(text.encode("utf-8")[:byte_col].decode("utf-8", "replace"))
-
-
-def _muted(m: Module, code: str, site: ast.AST, stmt: ast.stmt) -> bool:
-    """``# gbfix: ignore`` or ``# gbfix: ignore[GB0059, ...]`` on the site's lines or its statement's first line."""
-    first = site.lineno  # type: ignore[attr-defined]
-    # an expression's own lines; a statement (an `if` on a tensor) only its first line, not its body
-    last = first if isinstance(site, ast.stmt) else (site.end_lineno or first)  # type: ignore[attr-defined]
-    for n in {stmt.lineno, *range(first, last + 1)}:
-        text = m.lines[n - 1] if n <= len(m.lines) else ""
-        match = _SUPPRESS.search(text) if "gbfix" in text else None
-        if match and (match.group(1) is None or code in re.split(r"[\s,]+", match.group(1).strip())):
-            return True
-    return False
 
 
 def _dedupe(found: set[Finding]) -> list[Finding]:
