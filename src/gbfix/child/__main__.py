@@ -37,6 +37,8 @@ def _capabilities() -> list[str]:
         "leaf_function": lambda: torch._dynamo.decorators.leaf_function,
         "nonstrict_trace": lambda: torch._dynamo.nonstrict_trace,
         "custom_op": lambda: torch.library.custom_op,
+        # wrap-custom-op's recompute backward turns autograd back on inside its op (private guard)
+        "custom_op_autograd": lambda: (torch._C._SetExcludeDispatchKeyGuard, torch._C.DispatchKey.AutogradFunctionality),
         "cond": lambda: torch.cond,
         "check": lambda: torch._check,
         "reorderable_logging": lambda: torch._dynamo.config.reorderable_logging_functions,
@@ -47,7 +49,7 @@ def _capabilities() -> list[str]:
         ),
     }
     # Config routes, gated on the option existing in this release.
-    for option in ("capture_scalar_outputs", "capture_dynamic_output_shape_ops", "allow_rnn"):
+    for option in ("capture_scalar_outputs", "capture_dynamic_output_shape_ops", "allow_rnn", "trace_autograd_ops"):
         probes[f"config.{option}"] = lambda option=option: getattr(torch._dynamo.config, option)
     out = []
     for name, probe in probes.items():
@@ -57,6 +59,17 @@ def _capabilities() -> list[str]:
         except AttributeError:
             pass
     return out
+
+
+def _graphs() -> int | None:
+    """How many graphs Dynamo compiled (handed to a backend) in this process: the counter
+    Dynamo bumps after each backend call. None where this torch has no such counter."""
+    try:
+        from torch._dynamo.utils import counters
+
+        return int(counters["stats"]["unique_graphs"])
+    except Exception:  # noqa: BLE001 - a private counter; its absence only loses the count
+        return None
 
 
 def main(spec_path: str) -> int:
@@ -116,6 +129,7 @@ def main(spec_path: str) -> int:
         "torch_version": torch.__version__,
         "capabilities": _capabilities(),
         "observed": observer.results(),
+        "graphs": _graphs(),
         "seconds": time.perf_counter() - started,
     }
     tmp = spec["result"] + ".tmp"

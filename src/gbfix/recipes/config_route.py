@@ -92,4 +92,14 @@ class AllowRnn(_ConfigRoute):
     rule = "GB0014"
 
 
-RECIPES = (CaptureScalarOutputs, CaptureDynamicOutputShapeOps, AllowRnn)
+class TraceAutogradOps(_ConfigRoute):
+    name = "trace-autograd-ops"
+    codes = ("GB9186",)
+    option = "trace_autograd_ops"
+    requires = frozenset({"config.trace_autograd_ops"})
+    why = "trace torch.autograd.grad into the graph"
+    summary = "set torch._dynamo.config.trace_autograd_ops = True at import: torch.autograd.grad stays in the graph"
+    rule = "GB9186"
+
+
+RECIPES = (CaptureScalarOutputs, CaptureDynamicOutputShapeOps, AllowRnn, TraceAutogradOps)
