@@ -99,7 +99,7 @@ _LITERALS = (cst.SimpleString, cst.ConcatenatedString, cst.Integer, cst.Float, c
 
 class SplitCompiledStep(Recipe):
     name = "split-compiled-step"
-    codes = ("GB0123", "GB4347", "GB0025", "GB0007")
+    codes = ("GB0123", "GB4347", "GB0008", "GB0025", "GB0007")
     safety = "safe"
     # One compiled step becomes one compiled call of its middle: outputs are
     # not comparable call for call; what the program prints is.
