@@ -1,0 +1,588 @@
+"""A break inside a library class's method, fixed by a subclass in the user's code.
+
+When compiled code calls an ``nn.Module`` (or any object) whose class lives in
+a file gbfix may not edit (a third-party package, a vendored folder that is not
+among the targets, torch itself) and the break lies in that class's method,
+the deepest frame in the targets is the user's call (``h = self.attn(x)``),
+where no recipe applies. This recipe copies the method, verbatim, into a
+subclass in the user's file, lets the recipe that answers the break rewrite it
+there, and constructs the subclass instead of the library class::
+
+    from tinyformer import Attention
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = Attention(64, debug=True)
+
+becomes::
+
+    from tinyformer import Attention
+    from tinyformer.layers import exists   # the module globals the method reads
+
+
+    # gbfix: ...
+    class _GbfixFixedAttention(Attention):
+        def forward(self, x):
+            ...  # the library's text, its break rewritten (e.g. by print-to-hop)
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = _GbfixFixedAttention(64, debug=True)
+
+The frame below the user's call (past ``nn.Module.__call__``'s own frames)
+must be a method of a module-level class of the library file; the inner
+recipes treat it as the site, and the frames below it as the code it calls
+(``copy.deepcopy``). The user's file must construct that class, or a subclass
+of it defined in the same file that does not override the method
+(``x_transformers.Encoder`` inherits ``forward`` from ``AttentionLayers``),
+exactly once: in the ``__init__`` of the class holding the call (by the
+attribute called when there are several), else at module level; the
+constructed name must be imported at module level from the library's package.
+
+The inner recipes (the registry's, up to this module, for the break's code)
+run on the user's file with the subclass already in it, so what they check
+(scopes, the helpers they add) is checked where the code will live; the first
+that rewrites the copied method wins. Each module global the method reads is
+imported under the same name (the library's own import, made absolute, or
+``from <library module> import <name>``); a name the user's file already binds
+to something else is declined, as are methods that would mean something else
+in another class or module: decorated or async methods, ``super()``,
+``__class__``, ``type(self)``, name-mangled ``__x`` names,
+``global``/``nonlocal``, ``globals()``/``locals()`` and frame introspection,
+module dunders (``__name__``), and library globals rebound at run time
+(``global`` in the library file).
+
+The verifier judges the edit as any other: a subclass changes the module's
+class name (``print(model)``), and a warning now comes from the user's file
+(the child ignores warnings torch's own files raise, so a warning moved out of
+``torch.nn`` counts as new), both of which it sees. The edit replaces the whole
+module (like the helper recipes), so a break still in the copied method lies
+in the edit and counts as the site's own.
+
+Two recipes with the safety of the recipes they apply: ``library-class``
+applies the safe ones, ``library-class-unsafe`` the unsafe ones.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import functools
+import importlib
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import libcst as cst
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
+from libcst.metadata import QualifiedNameSource
+
+from gbfix import edits, recipes
+from gbfix.errors import GbfixError
+from gbfix.locate import Locator, ParsedFile
+from gbfix.recipes.base import Recipe, Replacement, SiteContext
+from gbfix.recipes.logging_call import HelperRecipe
+from gbfix.recipes.print_call import call_at, global_bindings, qualified_names
+from gbfix.recipes.tree import nodes, variables
+from gbfix.records import Edit, Frame, Safety
+from gbfix.sources import SourceFile, read
+
+_HERE = "library_class"
+# nn.Module.__call__'s frames between a call of a module and its forward.
+_CALL_MACHINERY = frozenset({"_wrapped_call_impl", "_call_impl"})
+# Names whose meaning depends on the module or frame the code runs in.
+_CONTEXTUAL = frozenset({"super", "__class__", "globals", "locals", "vars", "exec", "eval", "__import__"})
+_INTROSPECTION = frozenset({"sys._getframe", "inspect.currentframe", "inspect.stack", "traceback.extract_stack"})
+_MODULE_DUNDERS = frozenset({"__name__", "__file__", "__spec__", "__package__", "__loader__", "__doc__", "__builtins__", "__path__"})
+
+
+class _Decline(Exception):
+    pass
+
+
+def _inner_recipes() -> tuple[type[Recipe], ...]:
+    """The registry's recipes listed before this module that rewrite code in
+    place: not the ones that move torch.compile (they make no sense inside a
+    library's method) or that need observed calls (the copied method has none yet).
+
+    Imported here, not through ``recipes.all_recipes()``: that imports this
+    module too, which is not finished at this point."""
+    names = recipes._MODULES[: recipes._MODULES.index(_HERE)]
+    found: list[type[Recipe]] = []
+    for name in names:
+        try:
+            module = importlib.import_module(f"gbfix.recipes.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"gbfix.recipes.{name}":
+                raise
+            continue
+        found.extend(module.RECIPES)
+    return tuple(
+        r for r in found if not r.process_wide and "compile-boundary" not in r.tolerates and r.observe is Recipe.observe
+    )
+
+
+_INNER = _inner_recipes()
+
+
+class _LibraryClass(Recipe):
+    """Both recipes: find the library method, copy it into a subclass, run the inner recipes there."""
+
+    rule = "GB0059"
+
+    def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
+        try:
+            self._new = _fix(ctx, self.safety)
+        except _Decline:
+            return None
+        return ctx.module
+
+    def rewrite(self, node: cst.CSTNode) -> Replacement | None:
+        return self._new
+
+
+def _codes(safety: Safety) -> tuple[str, ...]:
+    return tuple(sorted({c for r in _INNER if r.safety == safety for c in r.codes}))
+
+
+def _tolerates(safety: Safety) -> frozenset[str]:
+    """What any inner recipe of that safety may change (none today): a class
+    attribute cannot say which inner recipe made a given edit."""
+    return frozenset().union(*(r.tolerates for r in _INNER if r.safety == safety))
+
+
+class LibraryClass(_LibraryClass):
+    name = "library-class"
+    codes = _codes("safe")
+    safety = "safe"
+    tolerates = _tolerates("safe")
+    summary = "a break in a library class's method (a file outside the targets): a subclass in this file with the method fixed by a safe recipe, constructed instead"
+
+
+class LibraryClassUnsafe(_LibraryClass):
+    name = "library-class-unsafe"
+    codes = _codes("unsafe")
+    safety = "unsafe"
+    tolerates = _tolerates("unsafe")
+    summary = "a break in a library class's method: a subclass in this file with the method fixed by an unsafe recipe, constructed instead"
+
+
+# --- the library side ---------------------------------------------------------
+
+
+def _library_frame(ctx: SiteContext) -> tuple[int, int]:
+    """Indexes in the break's stack of the user's frame and of the library frame it calls."""
+    stack = ctx.site.brk.stack
+    here = str(ctx.site.path)
+    mine = [i for i, f in enumerate(stack) if os.path.realpath(f.file) == here]
+    if not mine:
+        raise _Decline("the site's frame is not in the stack")
+    j = mine[-1] + 1
+    while j < len(stack) and _machinery(stack[j]):
+        j += 1
+    if j >= len(stack) or not stack[j].file.endswith(".py"):
+        raise _Decline("no Python frame below the user's call")
+    return mine[-1], j
+
+
+def _machinery(frame: Frame) -> bool:
+    return frame.name in _CALL_MACHINERY and Path(frame.file).parts[-4:] == ("torch", "nn", "modules", "module.py")
+
+
+@functools.lru_cache(maxsize=32)
+def _method_spans(path: str, stamp: tuple[int, int]) -> tuple[tuple[str, int, int], ...]:
+    """(name, first line, last line) of each method of a module-level class, by
+    ``ast``: some 50 times faster than LibCST, which a torch file can keep busy
+    for seconds, so most frames are turned down before LibCST sees their file."""
+    tree = ast.parse(Path(path).read_bytes())
+    return tuple(
+        (fn.name, fn.lineno, fn.end_lineno or fn.lineno)
+        for cls in tree.body
+        if isinstance(cls, ast.ClassDef)
+        for fn in cls.body
+        if isinstance(fn, ast.FunctionDef)
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _parse_library(path: str, stamp: tuple[int, int]) -> ParsedFile:
+    return ParsedFile(read(Path(path)))
+
+
+def _library(frame: Frame) -> tuple[Path, ParsedFile]:
+    """The library file holding the frame, parsed, if the frame is in a method of a module-level class."""
+    path = os.path.realpath(frame.file)
+    try:
+        st = os.stat(path)
+        stamp = (st.st_mtime_ns, st.st_size)
+        if not any(name == frame.name and a <= frame.line <= b for name, a, b in _method_spans(path, stamp)):
+            raise _Decline("the frame is not in a method of a module-level class")
+        return Path(path), _parse_library(path, stamp)
+    except (OSError, SyntaxError, ValueError, GbfixError, cst.ParserSyntaxError) as e:
+        raise _Decline(f"cannot read {path}") from e
+
+
+def _module_name(path: Path) -> str:
+    """The dotted name a file is imported under: its package folders (with ``__init__.py``) and stem."""
+    parts = [] if path.name == "__init__.py" else [path.stem]
+    folder = path.parent
+    while (folder / "__init__.py").is_file():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    if not parts or not all(p.isidentifier() for p in parts):
+        raise _Decline("not an importable module")
+    return ".".join(parts)
+
+
+def _method_at(lib: ParsedFile, frame: Frame) -> tuple[cst.ClassDef, cst.FunctionDef]:
+    """The module-level class and its method whose body holds the frame's line."""
+    for stmt in lib.module.body:
+        if not isinstance(stmt, cst.ClassDef) or not isinstance(stmt.body, cst.IndentedBlock):
+            continue
+        (first, _), (last, _) = lib.span(stmt)
+        if not first <= frame.line <= last:
+            continue
+        for fn in stmt.body.body:
+            if isinstance(fn, cst.FunctionDef) and fn.name.value == frame.name:
+                (a, _), (b, _) = lib.span(fn)
+                if a <= frame.line <= b:
+                    return stmt, fn
+    raise _Decline("the frame is not in a method of a module-level class")
+
+
+def _check_method(lib: ParsedFile, fn: cst.FunctionDef) -> None:
+    """What would mean something else in another class or module."""
+    if fn.decorators or fn.asynchronous or not isinstance(fn.body, cst.IndentedBlock):
+        raise _Decline("decorated, async or a one-line method")
+    if nodes(fn, (cst.Global, cst.Nonlocal)):
+        raise _Decline("global / nonlocal")
+    for name in variables(fn):
+        if name.value in _CONTEXTUAL or name.value in _MODULE_DUNDERS or _mangled(name.value):
+            raise _Decline(f"uses {name.value}")
+    for attr in nodes(fn, cst.Attribute):
+        if attr.attr.value == "__class__" or _mangled(attr.attr.value):
+            raise _Decline(f"uses .{attr.attr.value}")
+    params = fn.params.posonly_params or fn.params.params
+    me = params[0].name.value if params else None
+    for call in nodes(fn, cst.Call):
+        func = call.func
+        if isinstance(func, cst.Name) and func.value == "type" and [_name_of(a.value) for a in call.args] == [me]:
+            raise _Decline("type(self): the subclass")
+        scope = lib.scopes.get(func)
+        if scope is not None and {q.name for q in scope.get_qualified_names_for(func)} & _INTROSPECTION:
+            raise _Decline("frame introspection")
+
+
+def _name_of(node: cst.BaseExpression) -> str | None:
+    return node.value if isinstance(node, cst.Name) else None
+
+
+def _mangled(name: str) -> bool:
+    return name.startswith("__") and not name.endswith("__")
+
+
+def _free_globals(lib: ParsedFile, fn: cst.FunctionDef) -> set[str]:
+    """Module globals the method reads (builtins aside)."""
+    found: set[str] = set()
+    for name in variables(fn):
+        scope = lib.scopes.get(name)
+        if scope is None:
+            continue
+        bound = scope[name.value]
+        if not bound:
+            raise _Decline(f"{name.value} is not bound (a star import?)")
+        if any(a.scope is scope.globals for a in bound):
+            found.add(name.value)
+    return found
+
+
+def _rebound(lib: ParsedFile, name: str) -> bool:
+    """A ``global name`` anywhere in the library file: its value may change after import."""
+    return any(
+        isinstance(a.name, cst.Name) and a.name.value == name for g in nodes(lib.module, cst.Global) for a in g.names
+    )
+
+
+# --- the user's side ----------------------------------------------------------
+
+
+def _subclass_chain(lib: ParsedFile, owner: cst.ClassDef, method: str) -> dict[str, cst.ClassDef]:
+    """The library file's classes whose instances run ``owner``'s method: ``owner``
+    and its single-inheritance subclasses in the file that do not override it."""
+    classes = {s.name.value: s for s in lib.module.body if isinstance(s, cst.ClassDef)}
+    found = {owner.name.value: owner}
+    grew = True
+    while grew:
+        grew = False
+        for name, cls in classes.items():
+            if name in found or len(cls.bases) != 1 or cls.keywords:
+                continue
+            base = cls.bases[0].value
+            if isinstance(base, cst.Name) and base.value in found and not _defines(cls, method):
+                found[name] = cls
+                grew = True
+    return found
+
+
+def _defines(cls: cst.ClassDef, name: str) -> bool:
+    body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
+    for stmt in body:
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) and stmt.name.value == name:
+            return True
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else []
+                if isinstance(small, (cst.AnnAssign, cst.AugAssign)):
+                    targets = [small.target]
+                if any(isinstance(t, cst.Name) and t.value == name for t in targets):
+                    return True
+    return False
+
+
+def _constructs(ctx: SiteContext, call: cst.Call, libmod: str, classes: dict[str, cst.ClassDef]) -> str | None:
+    """The library class ``call`` constructs, if its callee is imported from the library's package."""
+    for q in qualified_names(ctx, call.func):
+        module, _, name = q.rpartition(".")
+        if name in classes and module and (libmod == module or libmod.startswith(module + ".")):
+            return name
+    return None
+
+
+def _construction(ctx: SiteContext, libmod: str, classes: dict[str, cst.ClassDef]) -> tuple[cst.Call, str]:
+    found = [(c, n) for c in nodes(ctx.module, cst.Call) if (n := _constructs(ctx, c, libmod, classes))]
+    holder = ctx.enclosing(cst.ClassDef)
+    init = None
+    if holder is not None and isinstance(holder.body, cst.IndentedBlock):
+        init = next((s for s in holder.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)
+    in_init = [(c, n) for c, n in found if init is not None and any(a is init for a in ctx.ancestors(c))]
+    if len(in_init) > 1:
+        in_init = _by_attribute(ctx, in_init)
+    if in_init:
+        return in_init[0]
+    at_top = [(c, n) for c, n in found if not any(isinstance(a, (cst.FunctionDef, cst.Lambda)) for a in ctx.ancestors(c))]
+    if len(at_top) != 1:
+        raise _Decline("no unique construction of the class in this file")
+    return at_top[0]
+
+
+def _by_attribute(ctx: SiteContext, found: list[tuple[cst.Call, str]]) -> list[tuple[cst.Call, str]]:
+    """Of several constructions in ``__init__``, the one assigned to the ``self.<attr>`` the site calls."""
+    call = call_at(ctx)
+    func = call.func if call is not None else None
+    if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"):
+        raise _Decline("several constructions and the call names none")
+    picked = []
+    for c, n in found:
+        assign = ctx.file.parent(c)
+        if isinstance(assign, cst.Assign) and any(_is_self_attr(t.target, func.attr.value) for t in assign.targets):
+            picked.append((c, n))
+    if len(picked) != 1:
+        raise _Decline("several constructions of the class in __init__")
+    return picked
+
+
+def _is_self_attr(node: cst.BaseExpression, attr: str) -> bool:
+    return isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self" and node.attr.value == attr
+
+
+def _top_level(ctx: SiteContext, node: cst.CSTNode) -> int:
+    """Index in the module body of the statement holding ``node``."""
+    chain = (node, *ctx.ancestors(node))
+    for i, stmt in enumerate(ctx.module.body):
+        if any(n is stmt for n in chain):
+            return i
+    raise _Decline("not in the module body")
+
+
+def _check_base(ctx: SiteContext, func: cst.BaseExpression, before: int) -> None:
+    """The constructed name resolves, at module level, to an import above the subclass."""
+    root = func
+    while isinstance(root, cst.Attribute):
+        root = root.value
+    if not isinstance(root, cst.Name):
+        raise _Decline("the callee is not a dotted name")
+    bound = global_bindings(ctx, root.value)
+    if not bound or not all(isinstance(b, (cst.Import, cst.ImportFrom)) and _top_level(ctx, b) < before for b in bound):
+        raise _Decline("the class is not imported at module level above its use")
+    scope = ctx.file.scopes.get(func)
+    if scope is not None and any(a.scope is not scope.globals for a in scope[root.value]):
+        raise _Decline("the class's name is rebound locally")
+
+
+def _imports(ctx: SiteContext, lib: ParsedFile, libmod: str, names: set[str]) -> list[tuple[str, str | None, str | None]]:
+    """(module, name, asname) imports that bind each global in the user's file as in the library's."""
+    lib_scope = lib.scopes[lib.module]
+    user_scope = ctx.file.scopes[ctx.module]
+    out = []
+    for name in sorted(names):
+        if hasattr(builtins, name) or _rebound(lib, name):
+            raise _Decline(f"{name}: shadows a builtin, or rebound at run time")
+        theirs = lib_scope.get_qualified_names_for(name)
+        mine = user_scope.get_qualified_names_for(name) if user_scope[name] else set()
+        if mine:
+            same = {q.name for q in mine} == {q.name for q in theirs}
+            if same and all(q.source is QualifiedNameSource.IMPORT for q in (*mine, *theirs)):
+                continue  # the same import in both files
+            raise _Decline(f"{name} is bound differently in this file")
+        out.append(_import_for(lib, libmod, name))
+    return out
+
+
+def _import_for(lib: ParsedFile, libmod: str, name: str) -> tuple[str, str | None, str | None]:
+    bound = list(lib.scopes[lib.module][name])
+    node = bound[0].node if len(bound) == 1 else None
+    if isinstance(node, cst.Import):
+        for alias in node.names:
+            dotted = lib.module.code_for_node(alias.name)
+            if alias.asname is None and dotted.split(".")[0] == name:
+                return dotted, None, None
+            if alias.asname is not None and lib.module.code_for_node(alias.asname.name) == name:
+                return dotted, None, name
+    if isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
+        module = _absolute(lib, libmod, node)
+        for alias in node.names:
+            original = lib.module.code_for_node(alias.name)
+            if (lib.module.code_for_node(alias.asname.name) if alias.asname else original) == name:
+                return module, original, None if original == name else name
+    return libmod, name, None
+
+
+def _absolute(lib: ParsedFile, libmod: str, node: cst.ImportFrom) -> str:
+    """The module an import from the library file names, relative imports resolved."""
+    named = [lib.module.code_for_node(node.module)] if node.module is not None else []
+    level = len(node.relative)
+    if not level:
+        return ".".join(named)
+    package = libmod.split(".") if lib.source.path.name == "__init__.py" else libmod.split(".")[:-1]
+    if level > len(package):
+        raise _Decline("a relative import above the top package")
+    return ".".join([*package[: len(package) - level + 1], *named])
+
+
+# --- putting it together ------------------------------------------------------
+
+
+def _fix(ctx: SiteContext, safety: Safety) -> cst.Module:
+    if call_at(ctx) is None:
+        raise _Decline("the site is not a call")
+    user_at, lib_at = _library_frame(ctx)
+    frame = ctx.site.brk.stack[lib_at]
+    path, lib = _library(frame)
+    owner, method = _method_at(lib, frame)
+    _check_method(lib, method)
+    libmod = _module_name(path)
+    call, cls_name = _construction(ctx, libmod, _subclass_chain(lib, owner, method.name.value))
+    at = _top_level(ctx, call)
+    _check_base(ctx, call.func, at)
+    sub = f"_GbfixFixed{cls_name}"
+    if global_bindings(ctx, sub):
+        raise _Decline(f"{sub} is taken")
+    needed = _imports(ctx, lib, libmod, _free_globals(lib, method))
+    module, first_line = _with_subclass(ctx, lib, method, call, sub, at, libmod, owner.name.value, needed)
+
+    # The inner recipes see the user's file as it will be, the method copied into it.
+    text = module.code
+    try:
+        data = text.encode(ctx.file.source.encoding)
+    except UnicodeEncodeError as e:
+        raise _Decline("the method does not encode in this file's encoding") from e
+    source = SourceFile(ctx.site.path, data, text, ctx.file.source.encoding)
+    moved = _moved_frame(lib, method, frame, source, first_line)
+    stack = ctx.site.brk.stack
+    brk = replace(ctx.site.brk, stack=(*stack[: user_at + 1], moved, *stack[lib_at + 1 :]))
+    locator = Locator({ctx.site.path: source})
+    site = locator.site(brk)
+    assert site is not None
+    parsed = locator.parsed(ctx.site.path)
+    inner_ctx = SiteContext(site, locator.node(site), parsed, ctx.capabilities)
+    copied = _copied_method(parsed, sub)
+    for recipe in recipes.candidates(ctx.site.code, unsafe=safety == "unsafe"):
+        if recipe.safety != safety or recipe not in _INNER:
+            continue
+        rw = recipe().propose(inner_ctx)
+        if rw is None:
+            continue
+        inside = any(a is copied for a in (rw.original, *parsed.ancestors(rw.original)))
+        if not inside and not (rw.original is parsed.module and issubclass(recipe, HelperRecipe)):
+            continue  # a rewrite elsewhere in the file is not a fix of the copied method
+        start, end = parsed.span(rw.original)
+        edit = Edit(0, site, recipe.name, recipe.safety, rw.message, start, end, rw.original, rw.replacement, rw.imports)
+        return cst.parse_module(edits.apply(parsed, [edit]))
+    raise _Decline("no recipe fixes the copied method")
+
+
+def _with_subclass(
+    ctx: SiteContext,
+    lib: ParsedFile,
+    method: cst.FunctionDef,
+    call: cst.Call,
+    sub: str,
+    at: int,
+    libmod: str,
+    owner: str,
+    needed: list[tuple[str, str | None, str | None]],
+) -> tuple[cst.Module, int]:
+    """The user's module with the subclass above statement ``at``, the construction
+    renamed and the imports added; and the line where the copied ``def`` starts."""
+    (first, col), (last, _) = lib.span(method)
+    lines = lib.source.text.splitlines()[first - 1 : last]
+    if not lines or lines[0][:col].strip() or not lines[0][col:].startswith("def "):
+        raise _Decline("the method does not start its line")
+    newline = ctx.module.default_newline
+    base = ctx.code(call.func)
+    body = newline.join([f"class {sub}({base}):", *lines]) + newline
+    try:
+        subclass = cst.parse_statement(body, config=ctx.module.config_for_parsing)
+    except cst.ParserSyntaxError as e:
+        raise _Decline("the copied method does not parse alone") from e
+    stmt = ctx.module.body[at]
+    blanks = 0
+    while blanks < len(stmt.leading_lines) and stmt.leading_lines[blanks].comment is None:
+        blanks += 1
+    note = [
+        f"# gbfix: {libmod}.{owner}.{method.name.value}, rewritten here so that it compiles without a",
+        f"# graph break (gbfix does not edit {libmod.split('.')[0]}); constructed below instead of {base}.",
+    ]
+    subclass = subclass.with_changes(
+        leading_lines=[*stmt.leading_lines[:blanks], *(cst.EmptyLine(comment=cst.Comment(c)) for c in note)]
+    )
+
+    class _Rename(cst.CSTTransformer):
+        def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+            return updated.with_changes(func=cst.Name(sub)) if original is call else updated
+
+    renamed = stmt.visit(_Rename())
+    spacing = stmt.leading_lines[:blanks] or [cst.EmptyLine(), cst.EmptyLine()]
+    renamed = renamed.with_changes(leading_lines=[*spacing, *stmt.leading_lines[blanks:]])
+    module = ctx.module.with_changes(body=[*ctx.module.body[:at], subclass, renamed, *ctx.module.body[at + 1 :]])
+    if needed:
+        context = CodemodContext()
+        for mod, obj, asname in needed:
+            AddImportsVisitor.add_needed_import(context, mod, obj, asname)
+        module = AddImportsVisitor(context).transform_module(module)
+    copied_at = module.code.splitlines().index(f"class {sub}({base}):") + 2
+    return module, copied_at
+
+
+def _copied_method(parsed: ParsedFile, sub: str) -> cst.FunctionDef:
+    cls = next(s for s in parsed.module.body if isinstance(s, cst.ClassDef) and s.name.value == sub)
+    assert isinstance(cls.body, cst.IndentedBlock)
+    fn = cls.body.body[0]
+    assert isinstance(fn, cst.FunctionDef)
+    return fn
+
+
+def _moved_frame(lib: ParsedFile, method: cst.FunctionDef, frame: Frame, source: SourceFile, first_line: int) -> Frame:
+    """The library frame, moved to the copy: the text is verbatim, so only the line changes."""
+    line = frame.line - lib.span(method)[0][0] + first_line
+    lines = source.text.splitlines()
+    if not 1 <= line <= len(lines) or lines[line - 1] != lib.lines[frame.line - 1]:
+        raise _Decline("the copy does not line up with the library's text")
+    return Frame(str(source.path), line, frame.col, frame.end_col, frame.name)
+
+
+RECIPES = (LibraryClass, LibraryClassUnsafe)

@@ -1,0 +1,332 @@
+"""library-class / library-class-unsafe: a break in a library class's method,
+fixed by a subclass in the user's file.
+
+Static tests build the break's stack by hand (the user's call, nn.Module's call
+frames, the library method) over a package written to a temporary folder that
+is not a target; one test runs the whole engine on such a folder.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gbfix import edits, engine
+from gbfix.entry import parse as parse_entry
+from gbfix.locate import Locator
+from gbfix.records import Break, Cause, Edit, Frame
+from gbfix.recipes.base import SiteContext
+from gbfix.recipes.library_class import LibraryClass, LibraryClassUnsafe
+from gbfix.sources import read
+from tests.helpers import ALL_CAPABILITIES
+
+MODULE_PY = "/usr/lib/python3.11/site-packages/torch/nn/modules/module.py"
+MACHINERY = (Frame(MODULE_PY, 1778, 19, 51, "_wrapped_call_impl"), Frame(MODULE_PY, 1789, 19, 48, "_call_impl"))
+
+LAYERS = """\
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .helpers import exists
+
+SCALE = 0.5
+
+
+class Block(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x, mask=None):
+{body}
+
+
+class Encoder(Block):
+    pass
+
+
+class Decoder(Block):
+    def forward(self, x):
+        return x
+"""
+
+PRINT_BODY = """\
+        h = F.gelu(self.proj(x))
+        if exists(mask):
+            h = h * mask
+        print(f"block norm {h.norm().item():.4f}")  # BREAK
+        return x + SCALE * h"""
+
+MODEL = """\
+import torch
+from torch import nn
+
+from pkg import Block
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = Block(8)
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x):
+        h = self.block(x)  # CALL
+        return self.head(h)
+"""
+
+
+def _frame(path: Path, text: str, marker: str, span: str, name: str) -> Frame:
+    for n, line in enumerate(text.splitlines(), 1):
+        if marker in line:
+            col = line.index(span)
+            return Frame(str(path), n, len(line[:col].encode()), len(line[: col + len(span)].encode()), name)
+    raise AssertionError(f"no line marked {marker}")
+
+
+def fix(
+    tmp_path: Path,
+    model: str = MODEL,
+    body: str = PRINT_BODY,
+    *,
+    code: str = "GB0059",
+    lib_span: str = "print(",
+    call_span: str = "self.block(x)",
+    method: str = "forward",
+    recipe=LibraryClass,
+    layers: str = LAYERS,
+    machinery: bool = True,
+) -> str | None:
+    """Propose at the user's call marked ``# CALL``, the library frame at ``# BREAK``;
+    the edited model.py, or None when the recipe declines."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("from pkg.layers import Block, Decoder, Encoder\n")
+    (tmp_path / "pkg" / "helpers.py").write_text("def exists(v):\n    return v is not None\n")
+    lib_text = layers.format(body=textwrap.indent(textwrap.dedent(body), "        ").rstrip("\n"))
+    lib_path = (tmp_path / "pkg" / "layers.py").resolve()
+    lib_path.write_text(lib_text)
+    user = (tmp_path / "model.py").resolve()
+    user.write_text(model)
+    stack = (
+        _frame(user, model, "# CALL", call_span, "forward"),
+        *(MACHINERY if machinery else ()),
+        _frame(lib_path, lib_text, "# BREAK", lib_span, method),
+    )
+    brk = Break((Cause(code, code, ""),), stack)
+    locator = Locator({user: read(user)})
+    site = locator.site(brk)
+    parsed = locator.parsed(user)
+    rw = recipe().propose(SiteContext(site, locator.node(site), parsed, ALL_CAPABILITIES))
+    if rw is None:
+        return None
+    (s, e) = parsed.span(rw.original)
+    edit = Edit(0, site, recipe.name, recipe.safety, rw.message, s, e, rw.original, rw.replacement, rw.imports)
+    return edits.apply(parsed, [edit]).decode()
+
+
+# --- what it writes ---------------------------------------------------------
+
+
+def test_print_in_a_library_forward(tmp_path):
+    assert fix(tmp_path) == '''\
+import torch
+from torch import nn
+
+from pkg import Block
+import torch.nn.functional as F
+from pkg.helpers import exists
+from pkg.layers import SCALE
+
+
+# gbfix: pkg.layers.Block.forward, rewritten here so that it compiles without a
+# graph break (gbfix does not edit pkg); constructed below instead of Block.
+class _GbfixFixedBlock(Block):
+    def forward(self, x, mask=None):
+        h = F.gelu(self.proj(x))
+        if exists(mask):
+            h = h * mask
+        torch._higher_order_ops.print("block norm {:.4f}", h.norm())  # BREAK
+        return x + SCALE * h
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = _GbfixFixedBlock(8)
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x):
+        h = self.block(x)  # CALL
+        return self.head(h)
+'''
+
+
+def test_without_module_call_frames(tmp_path):
+    """The first compile reports the library frame right below the user's call."""
+    assert "class _GbfixFixedBlock(Block):" in fix(tmp_path, machinery=False)
+
+
+def test_an_import_the_user_file_already_has_is_not_repeated(tmp_path):
+    model = MODEL.replace("from torch import nn\n", "from torch import nn\nimport torch.nn.functional as F\n")
+    out = fix(tmp_path, model)
+    assert out.count("import torch.nn.functional as F") == 1
+
+
+def test_dotted_construction_and_module_import(tmp_path):
+    model = MODEL.replace("from pkg import Block", "import pkg").replace("Block(8)", "pkg.Block(8)")
+    out = fix(tmp_path, model)
+    assert "class _GbfixFixedBlock(pkg.Block):" in out and "self.block = _GbfixFixedBlock(8)" in out
+
+
+def test_a_subclass_that_inherits_the_method(tmp_path):
+    """x_transformers' Encoder inherits forward from AttentionLayers."""
+    model = MODEL.replace("import Block", "import Encoder").replace("Block(8)", "Encoder(8)")
+    out = fix(tmp_path, model)
+    assert "class _GbfixFixedEncoder(Encoder):" in out and "self.block = _GbfixFixedEncoder(8)" in out
+
+
+def test_the_construction_picked_by_the_attribute_called(tmp_path):
+    model = MODEL.replace("        self.head", "        self.skip = Block(8)\n        self.head")
+    out = fix(tmp_path, model)
+    assert "self.block = _GbfixFixedBlock(8)" in out and "self.skip = Block(8)" in out
+
+
+def test_a_stack_of_blocks_built_by_a_comprehension(tmp_path):
+    model = MODEL.replace("self.block = Block(8)", "self.blocks = nn.ModuleList([Block(8) for _ in range(3)])")
+    model = model.replace("h = self.block(x)  # CALL", "for blk in self.blocks:\n            x = blk(x)  # CALL\n        h = x")
+    out = fix(tmp_path, model, call_span="blk(x)")
+    assert "self.blocks = nn.ModuleList([_GbfixFixedBlock(8) for _ in range(3)])" in out
+
+
+def test_a_module_level_instance(tmp_path):
+    model = """\
+import torch
+
+from pkg import Block
+
+block = Block(8)
+
+
+@torch.compile
+def step(x):
+    return block(x)  # CALL
+"""
+    out = fix(tmp_path, model, call_span="block(x)")
+    assert "class _GbfixFixedBlock(Block):" in out and "\nblock = _GbfixFixedBlock(8)\n" in out
+    assert out.index("class _GbfixFixedBlock") < out.index("block = _GbfixFixedBlock")
+
+
+def test_a_literal_warning_goes_through_the_helper_in_the_users_file(tmp_path):
+    body = """\
+        warnings.warn("Block(mask=...) is deprecated", FutureWarning)  # BREAK
+        return x + SCALE * self.proj(x)"""
+    out = fix(tmp_path, body=body, code="GB0007", lib_span="warnings.warn(")
+    assert "def _gbfix_warn(" in out and "import warnings" in out
+    assert '_gbfix_warn("Block(mask=...) is deprecated", "FutureWarning", ' in out
+
+
+def test_an_unsafe_inner_recipe_makes_the_unsafe_recipe(tmp_path):
+    body = """\
+        h = self.proj(x)
+        torch._dynamo.graph_break()  # BREAK
+        return x + h"""
+    safe, unsafe = tmp_path / "safe", tmp_path / "unsafe"
+    safe.mkdir(), unsafe.mkdir()
+    assert fix(safe, body=body, code="GB0025", lib_span="torch._dynamo.graph_break()") is None
+    out = fix(unsafe, body=body, code="GB0025", lib_span="torch._dynamo.graph_break()", recipe=LibraryClassUnsafe)
+    assert "graph_break" not in out and "class _GbfixFixedBlock(Block):" in out
+
+
+# --- what it declines ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        'print("x")  # BREAK\nreturn super().forward(x)',
+        'print("x")  # BREAK\nreturn self.__cache',
+        'print("x", type(self).__name__)  # BREAK\nreturn x',
+        'print("x", self.__class__)  # BREAK\nreturn x',
+        'global SCALE\nprint("x")  # BREAK\nreturn x',
+        'print("x", __name__)  # BREAK\nreturn x',
+        'print("x", globals())  # BREAK\nreturn x',
+    ],
+    ids=["super", "mangled", "type-self", "class-attr", "global", "module-dunder", "globals"],
+)
+def test_methods_that_mean_something_else_elsewhere(tmp_path, body):
+    assert fix(tmp_path, body=body, lib_span='print("x"') is None
+
+
+def test_a_decorated_method(tmp_path):
+    layers = LAYERS.replace("    def forward(self, x, mask=None):", "    @torch.no_grad()\n    def forward(self, x, mask=None):")
+    assert fix(tmp_path, layers=layers) is None
+
+
+def test_a_name_bound_differently_in_the_users_file(tmp_path):
+    model = MODEL.replace("from pkg import Block\n", "from pkg import Block\n\nSCALE = 2.0\n")
+    assert fix(tmp_path, model) is None
+
+
+def test_a_method_overridden_by_the_constructed_class(tmp_path):
+    model = MODEL.replace("import Block", "import Decoder").replace("Block(8)", "Decoder(8)")
+    assert fix(tmp_path, model) is None
+
+
+def test_no_construction_in_the_file(tmp_path):
+    model = MODEL.replace("self.block = Block(8)", "self.block = block")
+    model = model.replace("def __init__(self):", "def __init__(self, block):")
+    assert fix(tmp_path, model) is None
+
+
+def test_two_constructions_and_a_call_that_names_neither(tmp_path):
+    model = MODEL.replace("self.block = Block(8)", "self.blocks = nn.ModuleList([Block(8), Block(8)])")
+    model = model.replace("h = self.block(x)  # CALL", "h = self.blocks[0](x)  # CALL")
+    assert fix(tmp_path, model, call_span="self.blocks[0](x)") is None
+
+
+def test_a_class_imported_inside_a_function(tmp_path):
+    model = MODEL.replace("from pkg import Block\n", "").replace(
+        "        super().__init__()\n", "        super().__init__()\n        from pkg import Block\n"
+    )
+    assert fix(tmp_path, model) is None
+
+
+def test_no_recipe_for_the_copied_method(tmp_path):
+    body = """\
+        print(f"block", file=self.log)  # BREAK
+        return x"""
+    assert fix(tmp_path, body=body) is None
+
+
+# --- the whole engine ---------------------------------------------------------
+
+
+def test_engine_fixes_a_break_in_a_package_outside_the_targets(tmp_path):
+    """One real run: the package folder is not a target and stays as it was."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from pkg.layers import Block\n")
+    (pkg / "helpers.py").write_text("def exists(v):\n    return v is not None\n")
+    layers = LAYERS.format(body=PRINT_BODY.replace("  # BREAK", ""))
+    (pkg / "layers.py").write_text(layers)
+    (tmp_path / "model.py").write_text(MODEL.replace("  # CALL", ""))
+    (tmp_path / "run.py").write_text(
+        "import torch\n\nfrom model import Net\n\n"
+        "torch.manual_seed(0)\n"
+        'net = torch.compile(Net(), backend="eager")\n'
+        "for _ in range(2):\n"
+        '    print(f"{net(torch.randn(2, 8)).sum().item():.4f}")\n'
+    )
+    targets = [tmp_path / "run.py", tmp_path / "model.py"]
+    result = engine.fix(targets, parse_entry("python run.py", tmp_path), engine.Options())
+    applied = [o.edit.recipe for o in result.outcomes if o.status == "applied"]
+    assert "library-class" in applied
+    assert result.remaining == 0
+    assert set(result.fixed) == {(tmp_path / "model.py").resolve()}
+    assert "class _GbfixFixedBlock(Block):" in result.fixed[(tmp_path / "model.py").resolve()].decode()
+    assert (pkg / "layers.py").read_text() == layers
