@@ -2,8 +2,9 @@
 
 The torch runs share one project (module fixture): no baseline, --update-baseline, a
 clean check, then an edit that adds a break and removes another (checked twice, the
-second time with --ignore). The baseline module
-itself is tested without torch.
+second time with --ignore). The same runs cover the output formats: the first writes
+GitHub annotations, the clean one JSON, the edited one text and an HTML report, the
+ignored one SARIF. The baseline module itself is tested without torch.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 from gbfix import baseline as bl
 from gbfix.errors import GbfixError
 from tests.conftest import run_gbfix
+from tests.test_formats import check_sarif
 
 pytestmark = pytest.mark.xdist_group("test_check")
 
@@ -65,10 +67,10 @@ def _project(root: Path) -> Path:
 def ratchet(tmp_path_factory):
     """Five checks of one project; each a real torch run."""
     root = _project(tmp_path_factory.mktemp("check") / "proj")
-    runs = {"fresh": run_gbfix("check", "-q", "pkg", cwd=root)}
+    runs = {"fresh": run_gbfix("check", "-q", "--output-format", "github", "pkg", cwd=root)}
     runs["update"] = run_gbfix("check", "-q", "--update-baseline", "pkg", cwd=root)
     runs["baseline"] = (root / bl.DEFAULT_NAME).read_text()
-    runs["clean"] = run_gbfix("check", "-q", "pkg", cwd=root)
+    runs["clean"] = run_gbfix("check", "-q", "--output-format", "json", "pkg", cwd=root)
     model = root / "pkg" / "model.py"
     # a second print in Model.forward (new, although the key exists), a third one suppressed,
     # the one in helper gone (stale); the lines above move, which does not matter
@@ -77,17 +79,20 @@ def ratchet(tmp_path_factory):
         '        print("forward")\n        print("again")\n        print("quiet")  # gbfix: ignore[GB0059]\n',
     ).replace('    print("helper")\n', "")
     model.write_text(edited)
-    runs["edited"] = run_gbfix("check", "-q", "pkg", cwd=root)
-    runs["ignored"] = run_gbfix("check", "-q", "--ignore", "GB0059", "pkg", cwd=root)
+    runs["edited"] = run_gbfix("check", "-q", "--html", "report.html", "pkg", cwd=root)
+    runs["html"] = (root / "report.html").read_text(encoding="utf-8")
+    runs["ignored"] = run_gbfix("check", "-q", "--ignore", "GB0059", "--output-format", "sarif", "pkg", cwd=root)
     runs["edited_source"] = edited
     return runs
 
 
 def test_without_a_baseline_every_break_is_new(ratchet):
-    proc = ratchet["fresh"]
+    proc = ratchet["fresh"]  # --output-format github
     assert proc.returncode == 1, proc.stderr
     lines = proc.stdout.splitlines()
-    assert [ln.split(" ", 2)[:2] for ln in lines] == [["pkg/model.py:6:9:", "GB0059"], ["pkg/model.py:12:5:", "GB0059"]]
+    assert [ln.split("::")[1] for ln in lines] == [
+        "error file=pkg/model.py,line=6,col=9,title=GB0059", "error file=pkg/model.py,line=12,col=5,title=GB0059",
+    ]
     assert all(ln.endswith("(new: not in the baseline)") for ln in lines)
     assert proc.stderr.strip().splitlines()[-1] == (
         "Found 2 graph breaks, all new: no baseline at .gbfix-baseline.json (`gbfix check --update-baseline` writes one)."
@@ -107,9 +112,18 @@ def test_update_writes_keys_by_function_not_line(ratchet):
 
 
 def test_breaks_in_the_baseline_pass(ratchet):
-    proc = ratchet["clean"]
-    assert (proc.returncode, proc.stdout) == (0, ""), proc.stderr
-    assert proc.stderr.strip() == "Found 2 graph breaks, all in the baseline (.gbfix-baseline.json)."
+    proc = ratchet["clean"]  # --output-format json
+    assert proc.returncode == 0, proc.stderr
+    summary = "Found 2 graph breaks, all in the baseline (.gbfix-baseline.json)."
+    assert proc.stderr.strip() == summary
+    doc = json.loads(proc.stdout)
+    assert (doc["format"], doc["command"], doc["entry"], doc["baseline"], doc["updated"]) == (1, "check", "python run.py", ".gbfix-baseline.json", False)
+    assert [(f["path"], f["line"], f["code"], f["status"], f["level"]) for f in doc["findings"]] == [
+        ("pkg/model.py", 6, "GB0059", "baseline", "note"), ("pkg/model.py", 12, "GB0059", "baseline", "note"),
+    ]
+    assert doc["findings"][0]["detail"] == "in the baseline: GB0059 in pkg/model.py (Model.forward)"
+    assert doc["summary"] == {"text": summary, "findings": 2, "suppressed": 0, "exit_code": 0}
+    assert (doc["counts"], doc["stale"]) == ({"new": 0, "baseline": 2, "outside": 0, "suppressed": 0}, [])
 
 
 def test_a_second_break_in_a_function_is_new_and_a_gone_one_is_stale(ratchet):
@@ -124,14 +138,21 @@ def test_a_second_break_in_a_function_is_new_and_a_gone_one_is_stale(ratchet):
     assert err == [
         "note: .gbfix-baseline.json lists 1 graph break that is gone: GB0059 in pkg/model.py (helper); "
         "run `gbfix check --update-baseline` to tighten it",
+        "wrote the HTML report report.html",
         "Found 2 graph breaks: 1 new (not in .gbfix-baseline.json), 1 in the baseline. 1 suppressed.",
     ]
+    page = ratchet["html"]  # --html: each break with its verdict and its source, no edits
+    assert page.count('<section class="finding bad"') == 2 and "New: 2 GB0059 in Model.forward, the baseline allows 1</p>" in page
+    assert "print(&quot;again&quot;)" in page and "<h2>Counts</h2>" in page and "Edits tried" not in page
 
 
 def test_entries_of_ignored_codes_are_neither_checked_nor_stale(ratchet):
-    proc = ratchet["ignored"]
-    assert (proc.returncode, proc.stdout) == (0, ""), proc.stderr
+    proc = ratchet["ignored"]  # --output-format sarif
+    assert proc.returncode == 0, proc.stderr
     assert proc.stderr.strip() == "No graph breaks found in 2 call(s) of compiled code."
+    doc = json.loads(proc.stdout)
+    check_sarif(doc)
+    assert doc["runs"][0]["results"] == []
 
 
 @pytest.mark.parametrize(

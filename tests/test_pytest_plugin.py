@@ -3,7 +3,10 @@
 Two runs import torch: one without xdist (the report per test, the eager backend
 forced, the baseline written), one with `-n 2` (the workers' records merged into one
 report, the tests' own backend kept, a baseline that misses a break fails the session).
-Two more runs check that the plugin is inert without its flags.
+Two more runs check that the plugin is inert without its flags. Both torch runs also
+check what is left out, as `gbfix check` leaves it out: `quiet` breaks twice, on a print
+with a `# gbfix: ignore[GB0059]` comment (counted as suppressed) and on an `.item()` that
+`ignore = ["GB0124"]` of the suite's [tool.gbfix] leaves out (its baseline entry is kept).
 """
 
 from __future__ import annotations
@@ -45,6 +48,12 @@ OPS = textwrap.dedent(
     def at_import(x):
         torch._dynamo.graph_break()
         return x
+
+
+    @torch.compile(backend=counting)
+    def quiet(x):
+        print("quiet")  # gbfix: ignore[GB0059]
+        return x + x.sum().item()
     """
 )
 
@@ -76,7 +85,7 @@ TEST_B = textwrap.dedent(
     """\
     import torch
 
-    from pkg.ops import at_import, noisy
+    from pkg.ops import at_import, noisy, quiet
 
     at_import(torch.ones(1))  # compiled while the module is collected
 
@@ -86,7 +95,7 @@ TEST_B = textwrap.dedent(
 
 
     def test_plain():
-        assert 1 + 1 == 2
+        assert quiet(torch.ones(2)).tolist() == [3.0, 3.0]
     """
 )
 
@@ -95,7 +104,7 @@ def _entry(code: str, function: str) -> dict:
     return {"code": code, "path": "pkg/ops.py", "function": function, "count": 1}
 
 
-PARTIAL = {"version": 1, "breaks": [_entry("GB0059", "noisy"), _entry("GB0025", "at_import")]}
+PARTIAL = {"version": 1, "breaks": [_entry("GB0059", "noisy"), _entry("GB0025", "at_import"), _entry("GB0124", "quiet")]}
 MISSING = "gbfix: 1 graph break not in the baseline partial.json: GB0170 in pkg/ops.py (Net.forward); the session fails."
 
 
@@ -104,6 +113,7 @@ def suite(pytester, monkeypatch):
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # this suite may itself run in a worker
     pytester.makepyfile(**{"pkg/__init__.py": "", "pkg/ops.py": OPS, "tests/test_a.py": TEST_A, "tests/test_b.py": TEST_B})
     (pytester.path / "partial.json").write_text(json.dumps(PARTIAL))
+    (pytester.path / "pyproject.toml").write_text('[tool.gbfix]\nignore = ["GB0124"]\n')
     return pytester
 
 
@@ -131,7 +141,7 @@ def test_breaks_per_test_written_to_a_baseline(suite):
         "    pkg/ops.py:13:5: GB0059 Failed to trace builtin operator (in noisy)",
     ]
     result.stdout.fnmatch_lines(
-        ["gbfix: 3 graph breaks in 2 tests, 3 sites in the project (eager backend).", "gbfix: wrote full.json: 3 graph breaks in 3 entries."]
+        ["gbfix: 3 graph breaks in 2 tests, 3 sites in the project (eager backend). 1 suppressed.", "gbfix: wrote full.json: 3 graph breaks in 3 entries."]
     )
     assert json.loads((suite.path / "full.json").read_text())["breaks"] == [
         _entry("GB0170", "Net.forward"), _entry("GB0025", "at_import"), _entry("GB0059", "noisy"),
@@ -149,7 +159,8 @@ def test_xdist_workers_merged_into_one_report_that_fails_on_a_new_break(suite):
     for test, code in (("tests/test_a.py::test_net", "GB0170"), ("tests/test_a.py::test_noisy", "GB0059"), ("(collection)", "GB0025")):
         assert test in section and code in section[section.index(test) + 1], section
     # both workers compile at_import (and noisy, when its tests are split): a site counts once
-    result.stdout.fnmatch_lines(["gbfix: * graph breaks in * tests, 3 sites in the project (own backend, 2 workers).", MISSING])
+    result.stdout.fnmatch_lines(["gbfix: * graph breaks in * tests, 3 sites in the project (own backend, 2 workers). 1 suppressed.", MISSING])
+    assert "that is gone" not in out  # the GB0124 entry of `quiet`: its code is ignored, so it is not stale
     assert int((suite.path / "backend_calls.txt").read_text()) > 0  # the tests' own backend compiled
 
 

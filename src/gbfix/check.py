@@ -9,6 +9,7 @@ baseline does not list; ``--update-baseline`` writes the file instead. Nothing i
 from __future__ import annotations
 
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,8 +22,8 @@ from gbfix import baseline as bl
 from gbfix import report
 from gbfix.config import resolve as settings_for
 from gbfix.detect import Prober
-from gbfix.engine import Finding, _message
-from gbfix.entry import resolve
+from gbfix.engine import Finding, Result, message
+from gbfix.entry import Entry, resolve
 from gbfix.locate import Locator
 from gbfix.records import Break, RunResult, Site
 from gbfix.sources import SourceFile, check_paths, collect
@@ -38,11 +39,14 @@ class Detected:
     sites: tuple[Site, ...]  # one per break site in the targets
     outside: tuple[Break, ...]  # breaks whose stack never enters the targets
     files: dict[Path, SourceFile]  # the targets as read
+    entry: Entry
+    seconds: float = 0.0
 
 
 def detect(targets: list[Path], entry_text: str | None, timeout: float, progress: Callable[[str], None]) -> Detected:
     """Run the entry once under Dynamo and locate its breaks in ``targets`` (as ``fix`` does)."""
     check_paths(targets)
+    started = time.perf_counter()
     the_entry = resolve(entry_text, targets, Path.cwd())
     files = collect(targets)
     with tempfile.TemporaryDirectory(prefix="gbfix-") as workdir:
@@ -58,7 +62,7 @@ def detect(targets: list[Path], entry_text: str | None, timeout: float, progress
         else:
             sites.setdefault(site_key(site), site)  # the same site reached through two stacks is one
     ordered = sorted(sites.values(), key=lambda s: (str(s.path), s.line, s.col or 0, s.code))
-    return Detected(run, tuple(ordered), tuple(outside), files)
+    return Detected(run, tuple(ordered), tuple(outside), files, the_entry, time.perf_counter() - started)
 
 
 def main(
@@ -67,13 +71,16 @@ def main(
     baseline_file: Path | None,
     update: bool,
     progress: Callable[[str], None],
+    fmt: str = "text",
+    html_file: Path | None = None,
 ) -> int:
     """``gbfix check``; returns the exit code.
 
     ``flags``: entry, timeout, select, ignore as given on the command line (None: not
     given); with ``[tool.gbfix]`` and the defaults they resolve as for ``fix``. Sites that
     select / ignore or a ``# gbfix: ignore`` comment leave out are neither checked nor
-    written to the baseline.
+    written to the baseline. ``fmt``: text, or json / github / sarif on stdout (see
+    ``gbfix.formats``); ``html_file``: also write the HTML report there.
     """
     if paths:
         check_paths(paths)  # a missing path first, before the config, the baseline or the entry
@@ -91,7 +98,8 @@ def main(
     keys = {id(s): bl.key(s.code, s.path, s.line, root) for s in checked}
     current = Counter(keys.values())
     again = "gbfix check --update-baseline" + (f" --baseline {baseline_file}" if baseline_file else "")
-    for brk in found.outside:
+    outside = [brk for brk in found.outside if selection.selects(brk.root.code or brk.root.gb_type)]
+    for brk in outside:
         leaf = brk.leaf
         click.echo(f"note: {brk.root.code or brk.root.gb_type} outside the targets ({leaf.file if leaf else '?'}:{leaf.line if leaf else 0}), not checked", err=True)
 
@@ -106,22 +114,82 @@ def main(
         n = sum(written.values())
         change = "" if known is None else f" ({before} before)"
         kept = f"; {sum(unselected.values())} of codes not selected kept" if unselected else ""
-        click.echo(f"Wrote {shown}: {n} graph break{'s' if n != 1 else ''} in {len(written)} entr{'ies' if len(written) != 1 else 'y'}{change}{kept}.", err=True)
+        summary = f"Wrote {shown}: {n} graph break{'s' if n != 1 else ''} in {len(written)} entr{'ies' if len(written) != 1 else 'y'}{change}{kept}."
+        findings = [_finding(site, "baseline", "written to the baseline") for site in checked]
+        _report(fmt, html_file, found, findings, outside, summary, 0, suppressed, shown, None, update=True)
+        click.echo(summary, err=True)
         return 0
 
     cmp = bl.compare(current, known)
+    findings = []
     for site in checked:
         k = keys[id(site)]
         if k in cmp.new:
             had = known[k] if known else 0
             detail = "new: not in the baseline" if not had else f"new: {current[k]} {k[0]} in {k[2]}, the baseline allows {had}"
-            f = Finding(site.path, site.line, None if site.col is None else site.col + 1, site.code, _message(site.brk), "new", detail, site.brk)
-            click.echo(report.diagnostic(f))
+            findings.append(_finding(site, "new", detail))
+            if fmt == "text":
+                click.echo(report.diagnostic(findings[-1]))
+        else:
+            findings.append(_finding(site, "baseline", f"in the baseline: {bl.describe(k)}"))
     note = bl.stale_note(cmp, shown, f"run `{again}`")
     if note:
         click.echo(f"note: {note}", err=True)
-    click.echo(_summary(found, len(checked), suppressed, cmp, shown, again), err=True)
-    return 1 if cmp.new else 0
+    summary = _summary(found, len(checked), suppressed, cmp, shown, again)
+    code = 1 if cmp.new else 0
+    _report(fmt, html_file, found, findings, outside, summary, code, suppressed, shown, cmp)
+    click.echo(summary, err=True)
+    return code
+
+
+def _finding(site: Site, status: str, detail: str) -> Finding:
+    return Finding(site.path, site.line, None if site.col is None else site.col + 1, site.code, message(site.brk), status, detail, site.brk)
+
+
+_LEVEL = {"new": "error", "baseline": "note", "outside": "warning"}
+
+
+def _report(
+    fmt: str, html_file: Path | None, found: Detected, findings: list[Finding], outside: list[Break], summary: str,
+    code: int, suppressed: int, shown: str, cmp: bl.Comparison | None, update: bool = False,
+) -> None:
+    """The machine format on stdout (``fmt`` other than text) and the HTML report, if asked."""
+    every = list(findings)
+    for brk in outside:
+        leaf = brk.leaf
+        every.append(Finding(None, leaf.line if leaf else 0, None, brk.root.code or brk.root.gb_type, message(brk), "outside",
+                             f"outside the targets ({leaf.file if leaf else '?'}), not checked", brk))
+    if fmt != "text":
+        from gbfix import formats
+
+        diagnostics = [
+            formats.Diagnostic(
+                report.display_path(f.path) if f.path is not None else None, f.path, f.line, f.col, f.code, f.message, f.status,
+                f.detail, _LEVEL[f.status],
+            )
+            for f in every
+            if fmt != "github" or f.status == "new"  # annotations only for what fails the gate
+        ]
+        stale = [{"code": c, "path": p, "function": fn, "count": n} for (c, p, fn), n in sorted((cmp.stale if cmp else {}).items())]
+        counts = Counter(f.status for f in every)
+        extra = {
+            "entry": found.entry.text,
+            "baseline": shown,
+            "updated": update,
+            "counts": {"new": counts["new"], "baseline": counts["baseline"], "outside": counts["outside"], "suppressed": suppressed},
+            "stale": stale,
+        }
+        click.echo(formats.render(fmt, formats.Document("check", diagnostics, summary, code, suppressed, extra)), nl=False)
+    if html_file is not None:
+        from gbfix import html_report
+
+        result = Result(
+            entry=found.entry, findings=tuple(every), outcomes=(), originals=found.files, fixed={},
+            remaining=sum(1 for f in every if f.status != "outside"), fullgraph=None, baseline=found.run, runs=1,
+            seconds=found.seconds, final=None,
+        )
+        html_report.write(html_file, html_report.render(result, command="check", summary=summary, suppressed=suppressed))
+        click.echo(f"wrote the HTML report {report.display_path(html_file.resolve())}", err=True)
 
 
 def _summary(found: Detected, n: int, suppressed: int, cmp: bl.Comparison, shown: str, again: str) -> str:

@@ -98,6 +98,19 @@ OUTPUT_FORMAT = click.option(
     "--output-format", "--format", "fmt", type=click.Choice(["text", "json", "github", "sarif"]), default="text", show_default=True,
     help="text; json (a stable document); github (workflow annotations); sarif (SARIF 2.1.0, for code scanning).",
 )
+
+
+def _html_path(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    """--html FILE: checked before anything runs (its folder must exist)."""
+    if value is not None and not value.parent.is_dir():
+        raise click.BadParameter(f"{value}: no such folder {str(value.parent)!r}")
+    return value
+
+
+HTML_OPTION = click.option(
+    "--html", "html_file", metavar="FILE", type=click.Path(dir_okay=False, path_type=Path), callback=_html_path,
+    help="Also write a self-contained HTML report: each break, its source, the edits tried and their verdicts, counts before and after.",
+)
 _TIMEOUT = click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Seconds one run of the entry may take (default 900).")
 _ENTRY = click.option("-e", "--entry", help="What to run: 'script.py ARGS', 'python -m pkg.mod ARGS' or 'pytest ARGS'.")
 _UNSAFE = click.option("--unsafe-fixes/--no-unsafe-fixes", default=None, help="Also try fixes that may change behaviour (still verified).")
@@ -121,10 +134,11 @@ _BACKEND = click.option(
 @_BACKEND
 @selection_options
 @OUTPUT_FORMAT
+@HTML_OPTION
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 def fix(
     paths: tuple[Path, ...], mode: str, entry: str | None, timeout: float | None, unsafe_fixes: bool | None, fullgraph: bool | None,
-    backend: str | None, select: tuple[str, ...] | None, ignore: tuple[str, ...] | None, fmt: str, quiet: bool,
+    backend: str | None, select: tuple[str, ...] | None, ignore: tuple[str, ...] | None, fmt: str, html_file: Path | None, quiet: bool,
 ) -> None:
     """Run the entry, find its graph breaks in PATHS, and fix them with verified edits (the default command).
 
@@ -169,6 +183,12 @@ def fix(
             result, applied=applied, summary=summary, exit_code=code, suppressed=suppressed, display=report.display_path, written=written
         )
         click.echo(formats.render(fmt, doc), nl=False)
+    if html_file is not None:
+        from gbfix import html_report
+
+        page = html_report.render(result, command="fix", applied=applied, summary=summary, suppressed=suppressed)
+        html_report.write(html_file, page)
+        click.echo(f"wrote the HTML report {report.display_path(html_file.resolve())}", err=True)
     click.echo(summary, err=True)
     sys.exit(code)
 
@@ -266,10 +286,12 @@ def config_command(
     help="The baseline file (default: .gbfix-baseline.json next to pyproject.toml, else in the current folder).",
 )
 @click.option("--update-baseline", is_flag=True, help="Write the breaks found now to the baseline and exit 0.")
+@OUTPUT_FORMAT
+@HTML_OPTION
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 def check(
     paths: tuple[Path, ...], entry: str | None, timeout: float | None, select: tuple[str, ...] | None, ignore: tuple[str, ...] | None,
-    baseline_file: Path | None, update_baseline: bool, quiet: bool,
+    baseline_file: Path | None, update_baseline: bool, fmt: str, html_file: Path | None, quiet: bool,
 ) -> None:
     """Run the entry once and fail on graph breaks in PATHS that the baseline does not list (nothing is fixed).
 
@@ -280,7 +302,7 @@ def check(
     from gbfix import check as gate  # the engine and torch: only for this command
 
     flags = {"entry": entry, "timeout": timeout, "select": select, "ignore": ignore}
-    sys.exit(gate.main(list(paths), flags, baseline_file, update_baseline, _progress(quiet)))
+    sys.exit(gate.main(list(paths), flags, baseline_file, update_baseline, _progress(quiet), fmt=fmt, html_file=html_file))
 
 
 def main() -> None:

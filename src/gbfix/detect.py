@@ -128,6 +128,7 @@ class Prober:
             observed={
                 (o["file"], o["line"]): tuple(ObservedCall.from_json(c) for c in o["calls"]) for o in data["observed"]
             },
+            graphs=data.get("graphs"),
         )
 
     def baseline(self) -> RunResult:

@@ -71,6 +71,7 @@ class Result:
     runs: int
     seconds: float
     notes: tuple[str, ...] = ()
+    final: RunResult | None = None  # the run that ``remaining`` counts (the edited program; the baseline if nothing changed)
 
     def diff(self, display: Callable[[Path], str] = str) -> str:
         return "".join(
@@ -79,7 +80,8 @@ class Result:
         )
 
 
-def _message(brk: Break) -> str:
+def message(brk: Break) -> str:
+    """A break's one-line message: its root cause's type and explanation (and the reported chain head)."""
     root = brk.root
     text = root.gb_type
     if root.explanation:
@@ -132,7 +134,7 @@ class _Session:
         key = self.original_key(site)
         if key not in self.seen:
             col = None if site.col is None else site.col + 1
-            self.seen[key] = Finding(site.path, key[1], col, site.code, _message(site.brk), "unfixed", "", site.brk)
+            self.seen[key] = Finding(site.path, key[1], col, site.code, message(site.brk), "unfixed", "", site.brk)
         return key
 
     # --- runs -------------------------------------------------------------
@@ -468,6 +470,7 @@ class _Session:
             runs=self.prober.runs,
             seconds=time.perf_counter() - started,
             notes=tuple(self.notes),
+            final=run,
         )
 
     def prove_fullgraph(self, run: RunResult) -> bool:
@@ -508,7 +511,7 @@ class _Session:
             if owned_frame(brk, self.targets) is None:
                 leaf = brk.leaf
                 path = leaf.file if leaf else "?"
-                out.append(Finding(None, leaf.line if leaf else 0, None, brk.root.code or "?", _message(brk), "outside", f"outside the targets ({path})", brk))
+                out.append(Finding(None, leaf.line if leaf else 0, None, brk.root.code or "?", message(brk), "outside", f"outside the targets ({path})", brk))
         remaining = {}
         for brk in final.breaks:
             site = locator.site(brk)

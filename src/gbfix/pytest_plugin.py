@@ -14,6 +14,10 @@ controller in ``workeroutput``; the controller merges them in
 ``pytest_testnodedown`` and reports once. ``--gbfix-baseline FILE`` compares the
 break sites with a baseline in ``gbfix check``'s format (``gbfix.baseline``) and fails
 the session on breaks it does not list.
+
+As for ``gbfix check``, ``select`` / ``ignore`` of ``[tool.gbfix]`` (in the pyproject.toml
+nearest the rootdir) and ``# gbfix: ignore`` comments at a site leave a break out of the
+report and the baseline (``gbfix.config``, ``gbfix.suppress``); suppressed sites are counted.
 """
 
 from __future__ import annotations
@@ -169,6 +173,18 @@ class _Session:
         self.lines: list[str] = []  # the verdict lines of the terminal summary
         self.baseline_path = None
         self.known = None
+        self.selection = None  # select / ignore of [tool.gbfix] (the controller's; workers report everything)
+        self.suppressed = 0  # sites a `# gbfix: ignore` comment silences
+        if not worker:
+            from gbfix.config import resolve
+            from gbfix.errors import GbfixError
+            from gbfix.suppress import Filter
+
+            try:
+                settings = resolve((), {}, cwd=self.root)
+            except GbfixError as e:
+                raise pytest.UsageError(f"gbfix: {e}") from None
+            self.selection = Filter(settings["select"], settings["ignore"])
         if config.option.gbfix_baseline and not worker:
             from gbfix import baseline as bl
             from gbfix.errors import GbfixError
@@ -207,8 +223,28 @@ class _Session:
             return
         if self.config.pluginmanager.getplugin("dsession") is None:
             self.records = self._own_records()
+        self._select()
         if self.baseline_path is not None:
             self._judge(session)
+
+    def _select(self) -> None:
+        """Drop the records that select / ignore or a ``# gbfix: ignore`` comment leave out
+        (comments are read only in the project's files); count the suppressed sites."""
+        selection = self.selection
+        if selection is None:
+            return
+        texts: dict[str, str | None] = {}
+        kept, silenced = [], set()
+        for r in self.records:
+            if r["inside"] and r["file"] not in texts:
+                texts[r["file"]] = _read(r["file"])
+            text = texts.get(r["file"]) if r["inside"] else None
+            if selection.keeps(r["code"], text, r["line"]):
+                kept.append(r)
+            elif selection.suppressed(r["code"], text, r["line"]):
+                silenced.add((r["file"], r["line"], r["col"], r["code"]))
+        self.records = kept
+        self.suppressed = len(silenced)
 
     def _sites(self) -> dict[tuple, dict[str, Any]]:
         """Distinct break sites in the project: the same site from two tests or two workers is one."""
@@ -224,12 +260,16 @@ class _Session:
         where = self.baseline_path
         shown = _display(str(where), Path.cwd())
         current = Counter(bl.key(r["code"], r["file"], r["line"], where.parent) for r in self._sites().values())
+        # As for gbfix check: entries of codes not selected are neither checked nor stale, and an update keeps them.
+        selection = self.selection
+        unselected = Counter({k: n for k, n in (self.known or {}).items() if selection is not None and not selection.selects(k[0])})
         if self.config.option.gbfix_update_baseline:
-            bl.dump(where, current)
-            n = sum(current.values())
-            self.lines.append(f"gbfix: wrote {shown}: {n} graph break{'' if n == 1 else 's'} in {len(current)} entr{'y' if len(current) == 1 else 'ies'}.")
+            written = current + unselected
+            bl.dump(where, written)
+            n = sum(written.values())
+            self.lines.append(f"gbfix: wrote {shown}: {n} graph break{'' if n == 1 else 's'} in {len(written)} entr{'y' if len(written) == 1 else 'ies'}.")
             return
-        cmp = bl.compare(current, self.known)
+        cmp = bl.compare(current, None if self.known is None else self.known - unselected)
         note = bl.stale_note(cmp, shown, "run with --gbfix-update-baseline")
         if note:
             self.lines.append(f"gbfix: note: {note}")
@@ -262,16 +302,28 @@ class _Session:
                 tr.write_line(f"    {where}: {r['code']} {r['type']} ({tail})")
         n, sites = sum(len(v) for v in by_test.values()), len(self._sites())
         workers = f", {self.workers} workers" if self.workers else ""
+        tail = f" {self.suppressed} suppressed." if self.suppressed else ""
         if n == 0:
-            tr.write_line(f"gbfix: no graph breaks ({backend} backend{workers}).")
+            tr.write_line(f"gbfix: no graph breaks ({backend} backend{workers})." + tail)
         else:
             tests = len([t for t in by_test if t])
             tr.write_line(
                 f"gbfix: {n} graph break{'' if n == 1 else 's'} in {tests} test{'' if tests == 1 else 's'}, "
-                f"{sites} site{'' if sites == 1 else 's'} in the project ({backend} backend{workers})."
+                f"{sites} site{'' if sites == 1 else 's'} in the project ({backend} backend{workers})." + tail
             )
         for line in self.lines:
             tr.write_line(line, red=line.endswith("fails."), bold=line.endswith("fails."))
+
+
+def _read(file: str) -> str | None:
+    """A project file's text (PEP 263 honoured), for its ``# gbfix: ignore`` comments."""
+    import tokenize
+
+    try:
+        with tokenize.open(file) as f:
+            return f.read()
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
 
 
 def _display(path: str, root: Path) -> str:

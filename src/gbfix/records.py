@@ -160,6 +160,9 @@ class RunResult:
     seconds: float
     # Calls of the functions the run was asked to observe, by (file, first line of the def)
     observed: dict[tuple[str, int], tuple[ObservedCall, ...]] = field(default_factory=dict)
+    # Graphs Dynamo handed to a backend (its counters["stats"]["unique_graphs"]; recompiles
+    # included); None when the torch has no such counter
+    graphs: int | None = None
 
 
 @dataclass(frozen=True)
