@@ -389,8 +389,8 @@ class _Session:
                 continue
             # Heads that overlap each other wait for the next pass of this round; a
             # process-wide edit is tried on its own, so a break it moves is its own.
-            group, _ = edit_ops.non_overlapping(heads)
-            group = [e for e in group if not _is_global(e)] or group[:1]
+            # Source edits are picked first: a config edit must not crowd out one it overlaps.
+            group, _ = edit_ops.non_overlapping([e for e in heads if not _is_global(e)] or heads[:1])
             last = self.settle(group, accepted, rnd) or last
             tried = {_edit_identity(e): e for e in group}
             if rnd.present is not None:  # sites an accepted edit fixed on the way need no edit of their own
