@@ -5,7 +5,9 @@
     python bench/fixrate.py --only layerdrop --only rope_cache --details
     python bench/fixrate.py --jobs 2        # cases in parallel processes
 
-Nothing is written to the cases: gbfix's engine computes the verified edits in
+gbfix is given the case folder, or the files a case.toml lists as `targets`
+(a case whose library folder gbfix must not edit). Nothing is written to the
+cases: gbfix's engine computes the verified edits in
 memory. Each case whose files gbfix would change is then run twice more, the
 original and the edited copy, each in a temporary copy of the case folder, and
 their stdout is compared: an independent check of the engine's own verdict.
@@ -108,7 +110,9 @@ def run_case(case: Path, unsafe: bool) -> Row:
     row = Row(case.name, bool(meta["fixable"]), int(expected))
     started = time.perf_counter()
     try:
-        result = engine.fix([case], parse(ENTRY, case), engine.Options(unsafe_fixes=unsafe))
+        # `targets` in case.toml: the files gbfix may edit (default: the whole case folder)
+        targets = [case / t for t in meta.get("targets", ())] or [case]
+        result = engine.fix(targets, parse(ENTRY, case), engine.Options(unsafe_fixes=unsafe))
     except Exception as e:  # one case's failure is reported in its row, not fatal to the table
         row.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         row.seconds = time.perf_counter() - started
@@ -165,24 +169,61 @@ def _table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def _totals(rows: list[Row]) -> str:
+@dataclass
+class Totals:
+    removed: int  # break sites removed in fixable cases
+    sites: int  # break sites seen in fixable cases
+    expected: int  # what the cases' notes expect removed
+    changes: int  # edits that changed stdout
+    left: int  # must-not-fix cases left unchanged
+    guarded: int  # must-not-fix cases
+    failed: int  # cases that failed to run
+
+
+def totals(rows: list[Row]) -> Totals:
     ok = [r for r in rows if not r.error]
     fixable = [r for r in ok if r.fixable]
-    sites = sum(r.seen for r in fixable)
-    removed = sum(r.removed for r in fixable)
-    expected = sum(r.expect_fixed for r in fixable)
-    changes = sum(r.identical is False for r in ok)
     guarded = [r for r in ok if not r.fixable]
-    left = sum(not r.changed for r in guarded)
-    pct = f"{100 * removed / sites:.0f}%" if sites else "n/a"
+    return Totals(
+        removed=sum(r.removed for r in fixable),
+        sites=sum(r.seen for r in fixable),
+        expected=sum(r.expect_fixed for r in fixable),
+        changes=sum(r.identical is False for r in ok),
+        left=sum(not r.changed for r in guarded),
+        guarded=len(guarded),
+        failed=len(rows) - len(ok),
+    )
+
+
+def _totals(rows: list[Row]) -> str:
+    t = totals(rows)
+    pct = f"{100 * t.removed / t.sites:.0f}%" if t.sites else "n/a"
     out = [
-        f"break sites removed in fixable cases: {removed}/{sites} ({pct}); the cases' notes expected {expected}",
-        f"output changes: {changes}",
-        f"must-not-fix cases left unchanged: {left}/{len(guarded)}",
+        f"break sites removed in fixable cases: {t.removed}/{t.sites} ({pct}); the cases' notes expected {t.expected}",
+        f"output changes: {t.changes}",
+        f"must-not-fix cases left unchanged: {t.left}/{t.guarded}",
     ]
-    if len(ok) < len(rows):
-        out.append(f"cases that failed to run: {len(rows) - len(ok)}")
+    if t.failed:
+        out.append(f"cases that failed to run: {t.failed}")
     return "\n".join(out)
+
+
+def run_cases(cases: list[Path], unsafe: bool, jobs: int = 1) -> list[Row]:
+    """Every case through gbfix (in ``jobs`` processes); progress on stderr; rows sorted as the table shows them."""
+    rows: list[Row] = []
+    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = [pool.submit(run_case, case, unsafe) for case in cases]
+        for future in futures:
+            row = future.result()
+            print(f"{row.name}: {row.removed}/{row.seen} removed, {row.seconds:.0f}s", file=sys.stderr, flush=True)
+            rows.append(row)
+    rows.sort(key=lambda r: (not r.fixable, r.name))
+    return rows
+
+
+def failed(rows: list[Row]) -> bool:
+    """A case failed to run, an edit changed stdout, or gbfix would change a must-not-fix case."""
+    return any(r.error or r.identical is False or (not r.fixable and r.changed) for r in rows)
 
 
 def main() -> int:
@@ -199,14 +240,7 @@ def main() -> int:
 
     cases = _cases(args.only)
     started = time.perf_counter()
-    rows: list[Row] = []
-    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = [pool.submit(run_case, case, args.unsafe) for case in cases]
-        for future in futures:
-            row = future.result()
-            print(f"{row.name}: {row.removed}/{row.seen} removed, {row.seconds:.0f}s", file=sys.stderr, flush=True)
-            rows.append(row)
-    rows.sort(key=lambda r: (not r.fixable, r.name))
+    rows = run_cases(cases, args.unsafe, args.jobs)
 
     mode = "safe and unsafe recipes" if args.unsafe else "safe recipes"
     print(f"gbfix over {len(rows)} real-world cases ({mode}), entry `{ENTRY}`\n")
@@ -221,8 +255,7 @@ def main() -> int:
             if r.diff:
                 print("  " + r.diff.rstrip("\n").replace("\n", "\n  "))
     print(f"\nwall time: {time.perf_counter() - started:.0f}s")
-    failed = any(r.error or r.identical is False or (not r.fixable and r.changed) for r in rows)
-    return 1 if failed else 0
+    return 1 if failed(rows) else 0
 
 
 if __name__ == "__main__":
