@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from gbfix.recipes.config_route import AllowRnn, CaptureDynamicOutputShapeOps, CaptureScalarOutputs
+from gbfix.recipes.config_route import AllowRnn, CaptureDynamicOutputShapeOps, CaptureScalarOutputs, TraceAutogradOps
 from tests.helpers import ALL_CAPABILITIES, rewrite_at
 
 SOURCE = '''\
@@ -46,6 +46,7 @@ def test_assignment_goes_after_the_imports_with_its_reason():
         (CaptureScalarOutputs, "capture_scalar_outputs"),
         (CaptureDynamicOutputShapeOps, "capture_dynamic_output_shape_ops"),
         (AllowRnn, "allow_rnn"),
+        (TraceAutogradOps, "trace_autograd_ops"),
     ],
 )
 def test_each_route_sets_its_own_option(recipe, option):
