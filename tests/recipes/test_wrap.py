@@ -4,6 +4,7 @@ cases each must decline."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -11,8 +12,8 @@ import pytest
 
 from gbfix import rules
 from gbfix.records import ObservedCall, ValueSpec
-from gbfix.recipes.wrap import WrapCustomOp, WrapLeafFunction
-from tests.helpers import rewrite_at
+from gbfix.recipes.wrap import RECIPES, WrapCustomOp, WrapLeafFunction, WrapNonstrictTrace
+from tests.helpers import ALL_CAPABILITIES, rewrite_at
 
 RULES = Path(__file__).resolve().parents[2] / "rules"
 
@@ -496,3 +497,278 @@ def test_leaf_takes_what_the_custom_op_cannot():
     assert wrap(source, calls) is None
     out = wrap(source, calls, WrapLeafFunction)
     assert "def _noise_fake(x, shape):\n" in out and "return torch.empty((2, 3), dtype=x.dtype, device=x.device)" in out
+
+
+# ---- wrap-custom-op with gradients: the recompute backward ------------------------------
+
+GRAD = ALL_CAPABILITIES | {"custom_op_autograd"}
+
+
+def _observed_at(source: str, line_text: str) -> int:
+    """The first line of the def holding ``line_text`` (decorators included)."""
+    lines = source.splitlines()
+    at = next(n for n, t in enumerate(lines, 1) if line_text in t)
+    return [n for n, t in enumerate(lines[:at], 1) if t.startswith("def ")][-1]
+
+
+def test_gb0007_milestone_schedule_example():
+    ex = _example("GB0007", "a milestone schedule")
+    w = T(4, 4, grad=True)
+    calls = tuple(call(T(3, 4, grad=True), x=T(3, 4), weight=w, step=V(s)) for s in range(5))
+    line, col, end = _site(ex.before, "bisect.bisect_right(MILESTONES, step)")
+    first = _observed_at(ex.before, "bisect.bisect_right")
+    assert rewrite_at(ex.before, WrapCustomOp, line, col, end, "GB0007", GRAD, {first: calls}) == ex.after
+    # the int step changes every call: a nonstrict trace would recompile each time
+    assert rewrite_at(ex.before, WrapNonstrictTrace, line, col, end, "GB0007", GRAD, {first: calls}) is None
+    # without the guard that turns autograd back on inside an op, gradients are declined
+    assert rewrite_at(ex.before, WrapCustomOp, line, col, end, "GB0007", ALL_CAPABILITIES, {first: calls}) is None
+
+
+def grad_wrap(source: str, calls, recipe=WrapCustomOp, code: str = "GB0007") -> str | None:
+    source = textwrap.dedent(source)
+    lines = source.splitlines()
+    line = next(n for n, text in enumerate(lines, 1) if text.rstrip().endswith("# BREAK"))
+    text = lines[line - 1]
+    col, end = len(text) - len(text.lstrip()), len(text[: text.index("#")].rstrip())
+    return rewrite_at(source, recipe, line, col, end, code, GRAD, {_observed_at(source, "# BREAK"): tuple(calls)})
+
+
+POOLED = """\
+import zlib
+
+import torch
+
+
+def pooled(h, ids, salt):
+    rows = [zlib.crc32(f"{salt}:{i}".encode()) % h.shape[0] for i in ids.tolist()]  # BREAK
+    picked = h.index_select(0, torch.tensor(rows))
+    return picked.mean(0), torch.sigmoid(picked).amax(0)
+
+
+@torch.compile
+def step(h, ids):
+    a, b = pooled(h * 2, ids, "v1")
+    return (a * b).sum()
+"""
+
+
+def _pooled_calls(**changes):
+    args = dict(h=T(6, 3, grad=True), ids=T(3, dtype="torch.int64"), salt=V("v1"))
+    args.update(changes)
+    return [call(ValueSpec("tuple", items=(T(3, grad=True), T(3, grad=True))), **args)]
+
+
+def test_recompute_backward_for_a_tuple_with_an_int_tensor_and_a_string():
+    out = grad_wrap(POOLED, _pooled_calls())
+    assert "        inputs = [t.detach().requires_grad_(n) for t, n in zip((h,), needs_grad)]\n" in out
+    assert "        (h,) = inputs\n        results = list(pooled._init_fn(h, ids, salt))\n" in out
+    # the int tensor is saved with the float one, the string stays on ctx; only h gets a gradient
+    assert (
+        "def _pooled_setup(ctx, inputs, output):\n"
+        "    h, ids, salt = inputs\n"
+        "    ctx.save_for_backward(h, ids)\n"
+        "    ctx.salt = salt\n"
+    ) in out
+    assert (
+        "def _pooled_backward(ctx, *grads):\n"
+        "    h, ids = ctx.saved_tensors\n"
+        "    needs_grad = [ctx.needs_input_grad[i] for i in (0,)]\n"
+        "    grads = _pooled_grad(list(grads), needs_grad, h, ids, ctx.salt)\n"
+        "    return grads[0], None, None\n"
+    ) in out
+    assert "def _pooled_grad_fake(grad_outputs, needs_grad, h, ids, salt):\n    return [h.new_empty(h.shape)]\n" in out
+    assert out.count("pooled.register_autograd(_pooled_backward, setup_context=_pooled_setup)\n") == 1
+    compile(out, "pooled.py", "exec")
+
+
+def _pooled(old: str, new: str, extra: str = "") -> str:
+    assert old in POOLED
+    return POOLED.replace(old, new) + extra
+
+
+PICK = "    picked = h.index_select(0, torch.tensor(rows))"
+
+
+@pytest.mark.parametrize(
+    "source, why",
+    [
+        (_pooled(PICK, PICK + "\n    print(rows)"), "prints: it would print again in backward"),
+        (_pooled(PICK, PICK + '\n    warnings.warn("x")', "import warnings\n"), "warns"),
+        (_pooled(PICK, PICK + "\n    log.info(rows)", "import logging\nlog = logging.getLogger()\n"), "logs"),
+        (_pooled(PICK, PICK + "\n    torch.manual_seed(0)"), "seeds the global generator"),
+        (_pooled(PICK, "    picked = h.index_select(0, torch.tensor(rows)) + torch.randn(3)"), "draws noise"),
+        (_pooled(PICK, "    picked = F.dropout(h.index_select(0, torch.tensor(rows)), 0.1)", "import torch.nn.functional as F\n"), "dropout"),
+        (_pooled(PICK, PICK + "\n    picked = picked + torch.empty_like(picked).normal_()"), "an in-place RNG method"),
+        (_pooled(PICK, PICK + "\n    picked = picked * SCALE", "SCALE = torch.nn.Parameter(torch.ones(3))\n"), "a global parameter"),
+        (_pooled(PICK, PICK + "\n    picked = picked * SCALE", "SCALE = 2.0\nSCALE = 3.0\n"), "a global bound twice"),
+        (_pooled(PICK, PICK + "\n    picked = picked * helper(picked)", "def helper(t):\n    return t\n"), "a user function"),
+        (_pooled(PICK, PICK + "\n    AUDIT.write(salt)", "import io\nAUDIT = io.StringIO()\n"), "a global buffer"),
+        (_pooled(PICK, PICK + "\n    t0 = time.perf_counter()", "import time\n"), "a clock"),
+        (_pooled(PICK, PICK + "\n    CACHE[salt] = rows", "CACHE = {}\n"), "writes a global"),
+        (_pooled("def pooled(h, ids, salt):", "def pooled(h, ids, grads):").replace("{salt}", "{grads}"), "a reserved name"),
+        (_pooled("def pooled(h, ids, salt):", "def pooled(h, ids, needs_input_grad):").replace("{salt}", "{needs_input_grad}"), "a ctx attribute"),
+        (_pooled(PICK, PICK, "\n\ndef _pooled_setup():\n    pass\n"), "the setup's name is taken"),
+    ],
+    ids=lambda v: v if isinstance(v, str) and "\n" not in v else "",
+)
+def test_recompute_backward_declines_what_would_differ(source, why):
+    names = re.search(r"def pooled\((.*)\):", source).group(1).split(", ")
+    specs = [T(6, 3, grad=True), T(3, dtype="torch.int64"), V("v1")]
+    result = ValueSpec("tuple", items=(T(3, grad=True), T(3, grad=True)))
+    assert grad_wrap(source, [call(result, **dict(zip(names, specs)))]) is None, why
+    # without gradients nothing runs twice: the op alone is fine
+    plain = [T(6, 3), T(3, dtype="torch.int64"), V("v1")]
+    assert grad_wrap(source, [call(ValueSpec("tuple", items=(T(3), T(3))), **dict(zip(names, plain)))]) is not None
+
+
+SDPA = """\
+import torch
+import torch.nn.functional as F
+
+
+def attend(q, k, v):
+    torch.manual_seed(0)  # BREAK
+    return F.scaled_dot_product_attention(q, k, v, dropout_p=0.0)
+"""
+
+
+def test_recompute_backward_takes_pure_calls_only():
+    grads = [call(T(2, 4, grad=True), q=T(2, 4, grad=True), k=T(2, 4), v=T(2, 4))]
+    # the seed is an effect on the global generator: not again in backward
+    assert grad_wrap(SDPA, grads) is None
+    pure = SDPA.replace("    torch.manual_seed(0)  # BREAK\n", "    key = zlib.crc32(b'attend')  # BREAK\n")
+    pure = "import zlib\n" + pure
+    assert grad_wrap(pure, grads) is not None
+    assert grad_wrap(pure.replace("dropout_p=0.0", "dropout_p=0.1"), grads) is None  # draws a dropout mask
+    assert grad_wrap(pure.replace("dropout_p=0.0", "dropout_p=p"), grads) is None
+
+
+def test_recompute_backward_on_numpy_and_constant_globals():
+    source = NUMPY_HELPER.replace("np.linspace(0.0, 1.0, 17)", "XP").replace("import torch\n", "import torch\n\nXP = np.linspace(0.0, 1.0, 17)\n")
+    source = source.replace("return torch.from_numpy(out).to(x.dtype)", "return x * torch.from_numpy(out).to(x.dtype)")
+    calls = [call(T(n, 3, grad=True), x=T(n, 3, grad=True), gamma=V(2.2)) for n in (2, 3)]
+    out = grad_wrap(source, calls, code="GB0294")
+    assert out is not None and "results = [gamma_curve._init_fn(x, gamma)]" in out
+    # a global array that something changes is not a constant
+    assert grad_wrap(source + "\nXP.sort()\n", calls, code="GB0294") is None
+    assert grad_wrap(source.replace("np.linspace(0.0, 1.0, 17)\n", "np.random.rand(17)\n"), calls, code="GB0294") is None
+    # reading the tensor's data is fine for an op, not for a trace on fake tensors
+    assert grad_wrap(source, calls, WrapNonstrictTrace, code="GB0294") is None
+
+
+@pytest.mark.parametrize(
+    "result, args, why",
+    [
+        (T(3, dtype="torch.int64"), dict(x=T(3, grad=True)), "an integer output eager leaves without a gradient"),
+        (T(3), dict(x=T(3, grad=True)), "a float output that eager detached"),
+        (T(3, grad=True), dict(x=ValueSpec("list", items=(T(3, grad=True),))), "a gradient into a list"),
+        (T(3, grad=True), dict(x=T(3, dtype="torch.float16", grad=True), k=V(2.0)), ""),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_recompute_backward_observations(result, args, why):
+    source = """\
+    import zlib
+
+    import torch
+
+
+    def scale(x, k=2.0):
+        key = zlib.crc32(b"scale")  # BREAK
+        return x * k
+    """
+    args.setdefault("k", V(2.0))
+    out = grad_wrap(source, [call(result, **args)])
+    assert (out is None) == bool(why), why
+
+
+def test_recompute_backward_declines_keyword_only_parameters():
+    source = """\
+    import zlib
+
+    import torch
+
+
+    def scale(x, *, k=2.0):
+        key = zlib.crc32(b"scale")  # BREAK
+        return x * k
+    """
+    assert grad_wrap(source, [call(T(3, grad=True), x=T(3, grad=True), k=V(2.0))]) is None
+    assert grad_wrap(source, [call(T(3), x=T(3), k=V(2.0))]) is not None
+
+
+def test_numpy_in_place_methods_write_into_the_tensor():
+    source = """\
+    import numpy as np
+    import torch
+
+
+    def ranks(x):
+        levels = x.numpy()
+        levels.sort()  # BREAK
+        return torch.from_numpy(np.argsort(levels)).clone()
+    """
+    calls = [call(T(4, dtype="torch.int64"), x=T(4))]
+    assert wrap(source, calls, code="GB0294") is None  # `levels` shares x's memory
+    sorted_copy = source.replace("        levels.sort()  # BREAK\n", "        vals, idx = x.sort()  # BREAK\n")
+    assert wrap(sorted_copy, calls, code="GB0294") is not None
+
+
+# ---- wrap-nonstrict-trace --------------------------------------------------------------
+
+
+def test_gb0007_feature_name_hash_example():
+    ex = _example("GB0007", "a stable hash of a feature name")
+    table = T(16, 4, grad=True)
+    calls = tuple(call(T(2, 4, grad=True), h=T(2, 4, grad=True), table=table, name=V(n)) for n in ("age", "country") * 3)
+    line, col, end = _site(ex.before, "zlib.crc32(name.encode())")
+    first = _observed_at(ex.before, "zlib.crc32")
+    assert rewrite_at(ex.before, WrapNonstrictTrace, line, col, end, "GB0007", observed={first: calls}) == ex.after
+    # preferred: it keeps the tensor code traced, where the others make it opaque
+    assert RECIPES[0] is WrapNonstrictTrace
+    assert rewrite_at(ex.before, WrapNonstrictTrace, line, col, end, "GB0007", frozenset({"custom_op"}), {first: calls}) is None
+
+
+NAMED = """\
+import zlib
+
+import torch
+
+
+def feature_bias(h, table, name, k):
+    row = zlib.crc32(name.encode()) % table.shape[0]  # BREAK
+    return h * k + table[row]
+"""
+
+
+def _named_calls(ks=(1, 1), names=("a", "b")):
+    return [call(T(2, 4), h=T(2, 4), table=T(16, 4), name=V(n), k=V(k)) for n, k in zip(names, ks)]
+
+
+def test_nonstrict_trace_decorates_only():
+    out = grad_wrap(NAMED, _named_calls(), WrapNonstrictTrace)
+    assert out == NAMED.replace("def feature_bias", "@torch._dynamo.nonstrict_trace\ndef feature_bias")
+
+
+@pytest.mark.parametrize(
+    "old, new, calls, why",
+    [
+        ("", "", _named_calls(ks=(1, 2)), "an int that changes: a recompile per value"),
+        ("", "", _named_calls(ks=(0.5, 0.25)), "a float that changes: a recompile per value"),
+        ("    return h * k", "    return h * h.sum().item() * k", _named_calls(), "reads a tensor's data"),
+        ("    return h * k", "    return h * torch.tensor(h.tolist()) * k", _named_calls(), "reads a tensor's data"),
+        ("    return h * k", "    print(name)\n    return h * k", _named_calls(), "prints once per compile"),
+        ("    return h * k", "    return torch.randn_like(h) * k", _named_calls(), "noise frozen into the graph"),
+        ("    return h * k", "    return h * STEP * k", _named_calls(), "a global that changes"),
+    ],
+    ids=lambda v: v if isinstance(v, str) and v.count(" ") > 1 else "",
+)
+def test_nonstrict_trace_declines(old, new, calls, why):
+    source = NAMED.replace(old, new) + ("STEP = 0\n\n\ndef tick():\n    global STEP\n    STEP += 1\n" if "STEP" in new else "")
+    assert grad_wrap(source, calls, WrapNonstrictTrace) is None, why
+
+
+def test_nonstrict_trace_takes_names_that_change_and_constant_globals():
+    assert grad_wrap(NAMED, _named_calls(names=("age", "country", "zip"), ks=(1, 1, 1)), WrapNonstrictTrace)
+    source = NAMED.replace("    return h * k", "    return h * SCALE * k") + "\nSCALE = 0.5\n"
+    assert grad_wrap(source, _named_calls(), WrapNonstrictTrace) is not None

@@ -32,30 +32,51 @@ dimension that matched it in every observed call (so a new batch size still
 works), an int argument that did, or a constant that did not change. The
 device and a floating dtype likewise come from an argument, else a constant;
 an integer or bool dtype (ids, counts, masks) from the constant first.
-Anything else is declined, never guessed. Two recipes:
+Anything else is declined, never guessed. Three recipes, in this order:
 
-- ``wrap-custom-op`` (preferred; any backend, inductor included):
+- ``wrap-nonstrict-trace`` (preferred where it applies):
+  ``torch._dynamo.nonstrict_trace`` on a module-level function. Dynamo no
+  longer reads the body, but AOTAutograd still traces its tensor code with
+  fake tensors (inductor fuses it, gradients flow), so no fake is written;
+  the Python around the tensors runs once per compile and its values become
+  constants of the graph. So only for pure functions that read no tensor data
+  (``crc32`` of a name, ``bisect`` over constants, numpy on Python lists; not
+  ``.numpy()``, ``.item()``, ``.tolist()``), see ``_impure``, and declined
+  when an int or float argument took several values in the observed calls:
+  each value would be a recompile, where the break let Dynamo make it dynamic.
+- ``wrap-custom-op`` (any backend, inductor included):
   ``torch.library.custom_op`` on a module-level function. Every argument must
   be a tensor, int, float, bool, str, None, or a list of tensors, ints or
   floats (a tuple would arrive as a list), of one kind in every call (None
   aside); the annotations the schema needs are
-  added (existing ones are kept, and must agree with the calls). The op has no
-  autograd formula: declined when a tensor argument or the result requires
-  grad (``register_autograd`` could lift that). Custom ops may not return
-  their inputs or views of them: torch raises at run time, which the verifier
-  sees; a function visibly returning an argument is declined up front.
+  added (existing ones are kept, and must agree with the calls). Custom ops
+  may not return their inputs or views of them: torch raises at run time,
+  which the verifier sees; a function visibly returning an argument is
+  declined up front. When an observed call passed a tensor that requires
+  grad, the op gets ``register_autograd`` with a recompute backward (see
+  ``_Autograd``): a second op runs the function again under autograd on the
+  saved inputs, which gives eager's gradients only for a pure function (see
+  ``_impure``: no randomness, no I/O, logging or printing that would happen
+  twice, no global state), of floating tensor arguments (not lists), with
+  positional parameters only, returning a tensor or a tuple of floating
+  tensors that all require grad whenever an input does; anything else with
+  gradients is declined, as is a result that requires grad with no input
+  that does (a closed-over parameter would get none). An input that requires
+  grad but does not reach the result gets a zero gradient, where eager leaves
+  ``.grad`` alone.
 - ``wrap-leaf-function`` (fallback; offered when every compile uses the eager
   backend): ``torch._dynamo.decorators.leaf_function``, which needs no
   annotations, also takes nn.Modules (methods of module-level classes too,
-  ``self`` being an nn.Module) and supports autograd. Declined when the result
+  ``self`` being an nn.Module) and supports autograd (it records the
+  function's own graph, effects run once). Declined when the result
   requires grad but no argument could carry it (a closed-over parameter would
   get no gradient).
 
-Both need tensor outputs (a tensor, or a tuple/list of them): a Python value
+All need tensor outputs (a tensor, or a tuple/list of them): a Python value
 returned by a leaf function is frozen at compile time, and control flow on a
 value cannot become part of a graph. A call in the file that discards the
 result is declined too: aot_eager and inductor drop an op whose output is
-unused, and its effects with it. Both decline when the site is not inside
+unused, and its effects with it. All decline when the site is not inside
 such a function (nested functions, lambdas, decorated, async or generator
 functions, a ``forward``, the compiled function itself: passed to
 ``torch.compile`` in the file, or called straight from module-level code or
@@ -63,7 +84,8 @@ from torch in the break's stack), on ``*args``,
 ``**kwargs`` or positional-only parameters, on ``global``/``nonlocal``, and on
 what a wrapped call would do differently: mutating an argument or module
 state (in-place ``*_`` methods, item/attribute assignment, ``append``,
-``register_buffer``, ``out=``), ``torch.compiler.is_compiling()``, frame
+``register_buffer``, ``out=``, an ndarray's ``sort()``/``fill()``: an array
+from ``t.numpy()`` shares the tensor's memory), ``torch.compiler.is_compiling()``, frame
 introspection and ``warnings.warn`` with a ``stacklevel`` (torch's frames
 would stand between the function and its caller), and returning a global or
 an attribute visibly (the fake says a fresh tensor).
@@ -74,14 +96,16 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 import libcst as cst
+from libcst.metadata import BuiltinAssignment
 
 from gbfix.recipes.base import Recipe, Replacement, SiteContext
 from gbfix.recipes.print_call import global_bindings, qualified_names
-from gbfix.recipes.tree import nodes
+from gbfix.recipes.tree import nodes, variables
 from gbfix.records import ObservedCall, ValueSpec
 
 # Methods whose result may share memory with their receiver.
@@ -96,6 +120,8 @@ _MUTATING = frozenset(
     "append extend insert pop remove clear update setdefault popitem"
     " register_buffer register_parameter register_module add_module apply".split()
 )
+# ndarray methods that change the array (an array from `t.numpy()` shares the tensor's memory).
+_NUMPY_IN_PLACE = frozenset("sort fill resize put partition itemset byteswap setfield".split())
 _BUILTIN_PASS_THROUGH = frozenset("enumerate zip iter reversed list tuple sorted next".split())
 # Names whose meaning changes inside an opaque op: what Dynamo folds, what reads the caller's frame.
 _TRACE_AWARE = frozenset(
@@ -115,13 +141,14 @@ class _Decline(Exception):
 
 
 class _Wrap(Recipe):
-    """What both recipes share: finding the function, checking it, deriving the fake."""
+    """What the recipes share: finding the function, checking it, deriving the fake."""
 
     codes = ("GB0007", "GB0294", "GB0158", "GB0156", "GB0142")
     safety = "safe"
     rule = "GB0007"
     methods: ClassVar[bool]  # methods of module-level classes may be wrapped
     kinds: ClassVar[frozenset[str]]  # argument kinds (ValueSpec.kind) the wrapper takes
+    fakes: ClassVar[bool] = True  # the wrapper needs a fake implementation of the function
 
     def observe(self, ctx: SiteContext) -> cst.FunctionDef | None:
         try:
@@ -139,7 +166,7 @@ class _Wrap(Recipe):
             self._check_calls(fn, calls)
             self._returns = _returns(calls)
             self._check_state(ctx, fn, calls)
-            self._fakes = [_fake_tensor(calls, i) for i in range(self._returns[1])]
+            self._fakes = [_fake_tensor(calls, i) for i in range(self._returns[1])] if self.fakes else []
             self._prepare(ctx, fn, calls)
         except _Decline:
             return None
@@ -228,6 +255,30 @@ class _Wrap(Recipe):
             raise _Decline("returns an argument, a global or a view of one")
 
 
+class WrapNonstrictTrace(_Wrap):
+    name = "wrap-nonstrict-trace"
+    requires = frozenset({"nonstrict_trace"})
+    summary = "mark the pure function around the untraceable call nonstrict_trace: its tensor code is still traced"
+    methods = False
+    kinds = frozenset({"tensor", "int", "float", "bool", "str", "none", "list", "tuple"})
+    fakes = False  # the trace runs the function itself on fake tensors
+
+    def _prepare(self, ctx: SiteContext, fn: cst.FunctionDef, calls: Sequence[ObservedCall]) -> None:
+        # Its Python values are constants of the graph: each new one is a recompile, and
+        # a number that changes from call to call (a step, a length, a sigma) would
+        # recompile every call, where the break let Dynamo make it dynamic.
+        for name, _ in calls[0].args:
+            if len({_numbers(dict(c.args)[name]) for c in calls}) > 1:
+                raise _Decline(f"the number {name} changes between calls")
+        why = _impure(ctx, fn, calls, reads_data=False)
+        if why is not None:
+            raise _Decline(f"the trace runs it once for all calls: {why}")
+
+    def rewrite(self, node: cst.CSTNode) -> Replacement | None:
+        self.need_import("torch")
+        return self._fn.with_changes(decorators=[cst.Decorator(cst.parse_expression("torch._dynamo.nonstrict_trace"))])
+
+
 class WrapCustomOp(_Wrap):
     name = "wrap-custom-op"
     requires = frozenset({"custom_op"})
@@ -236,15 +287,24 @@ class WrapCustomOp(_Wrap):
     kinds = frozenset({"tensor", "int", "float", "bool", "str", "none", "list", "tuple"})
 
     def _prepare(self, ctx: SiteContext, fn: cst.FunctionDef, calls: Sequence[ObservedCall]) -> None:
-        for call in calls:
-            specs = [s for _, s in call.args] + [call.result]
-            if any(t.requires_grad for s in specs for t in _tensors(s)):
-                raise _Decline("autograd: a custom op without register_autograd has no gradient")
         for p in _all_params(fn):
             if p.default is not None and not _literal_default(p.default):
                 raise _Decline("a default the op schema may not take")
         self._annotations = {p.name.value: _annotation(ctx, p, calls) for p in _all_params(fn)}
         self._return_annotation = _return_annotation(ctx, fn, self._returns)
+        self._autograd = _plan_autograd(ctx, fn, calls)
+
+    def rewrite(self, node: cst.CSTNode) -> Replacement | None:
+        out = super().rewrite(node)
+        assert isinstance(out, cst.FlattenSentinel)
+        if self._autograd is None:
+            return out
+        header = {p.name.value: p.annotation for p in out.nodes[0].params.params}
+        code = cst.Module([]).code_for_node
+        schema = {name: code(a.annotation) for name, a in header.items() if a is not None}
+        blank = [cst.EmptyLine(indent=False)] * 2
+        extra = [s.with_changes(leading_lines=blank) for s in self._autograd.statements(schema)]
+        return cst.FlattenSentinel([*out.nodes, *extra])
 
     def _decorate(self, fn: cst.FunctionDef) -> cst.FunctionDef:
         op = fn.name.value.lstrip("_")  # an op name starting with `__` is mangled in inductor's code
@@ -406,6 +466,317 @@ def _warns_above(ctx: SiteContext, call: cst.Call) -> bool:
     return level is not None and not (isinstance(level, cst.Integer) and level.value == "1")
 
 
+# ---- autograd: a recompute backward ----------------------------------------------------
+
+# Names the generated backward code binds or reads: a parameter of one of these names is declined.
+_BACKWARD_NAMES = frozenset(
+    "ctx inputs output results outputs grad grads grad_outputs needs_grad wrt autograd_on torch".split()
+)
+# What autograd's ctx object has already: a parameter kept as ``ctx.<name>`` must not shadow it.
+_CTX_ATTRIBUTES = frozenset(
+    "saved_tensors saved_variables needs_input_grad to_save non_differentiable dirty_tensors materialize_grads"
+    " mark_dirty mark_non_differentiable save_for_backward save_for_forward set_materialize_grads apply"
+    " apply_jvp metadata".split()
+)
+
+
+# The recompute op; `{{...}}` is the f-string that names the op after its module at run time.
+_GRAD_OP = """\
+@torch.library.custom_op(f"gbfix::{op}_grad_{{__name__.replace('.', '_')}}", mutates_args=())
+def _{op}_grad(grad_outputs: list[torch.Tensor], needs_grad: list[bool], {typed}) -> list[torch.Tensor]:
+    # Added by gbfix: the gradients of {fn}, from running it again under autograd
+    # on the same inputs. Autograd is off inside a custom op: the guard turns it back on.
+    autograd_on = torch._C._SetExcludeDispatchKeyGuard(torch._C.DispatchKey.AutogradFunctionality, False)
+    with autograd_on, torch.enable_grad():
+        inputs = [t.detach().requires_grad_(n) for t, n in zip({diff}, needs_grad)]
+        {target} = inputs
+        results = {results}
+        outputs = [o for o in results if o.requires_grad]
+        grads = [g for o, g in zip(results, grad_outputs) if o.requires_grad]
+        wrt = [t for t in inputs if t.requires_grad]
+        if outputs:
+            grads = torch.autograd.grad(outputs, wrt, grads, allow_unused=True, materialize_grads=True)
+        else:
+            grads = [t.new_zeros(t.shape) for t in wrt]
+    grads = iter(grads)
+    # fresh and contiguous, as the fake says (an op may not return its inputs)
+    return [
+        next(grads).clone(memory_format=torch.contiguous_format) if t.requires_grad else t.new_zeros(t.shape)
+        for t in inputs
+    ]
+"""
+
+
+@dataclass(frozen=True)
+class _Autograd:
+    """The custom op's backward: run the function again under autograd, on the saved inputs.
+
+    For a function of its arguments alone (no randomness, no effects, no state:
+    see ``_impure``) this gives what eager's autograd recorded. The recompute
+    is itself a custom op, as AOTAutograd traces a backward formula and the
+    function is what it cannot trace; autograd is off inside a custom op, so
+    that op turns it back on (``_SetExcludeDispatchKeyGuard``, the guard
+    torch's own leaf_function uses in its form ``_ForceDispatchKeyGuard``)."""
+
+    fn: str
+    params: tuple[str, ...]  # positional, in order
+    diff: tuple[str, ...]  # floating tensors: what gets a gradient
+    saved: tuple[str, ...]  # tensors (or None): saved for backward; the others stay on ctx
+    outputs: int  # 0: one tensor; n: a tuple of n
+
+    def statements(self, schema: dict[str, str]) -> list[cst.CSTNode]:
+        op = self.fn.lstrip("_")
+        diff, saved = self.diff, self.saved
+
+        def seq(names: Sequence[str]) -> str:  # a target: `(x,) = ...`, `x, y = ...`
+            return _tuple(names) if len(names) == 1 else ", ".join(names)
+
+        args = ", ".join(self.params)
+        results = f"[{self.fn}._init_fn({args})]" if not self.outputs else f"list({self.fn}._init_fn({args}))"
+        typed = ", ".join(f"{n}: {schema[n]}" for n in self.params)
+        code = _GRAD_OP.format(op=op, fn=self.fn, typed=typed, diff=_tuple(diff), target=seq(diff), results=results)
+        grad_op = _one_param_a_line(_parse_def(code))
+        fakes = ", ".join(f"{n}.new_empty({n}.shape)" for n in diff)
+        fake = _parse_def(
+            f"@_{op}_grad.register_fake\n"
+            f"def _{op}_grad_fake(grad_outputs, needs_grad, {args}):\n"
+            f"    return [{fakes}]\n"
+        )
+        kept = "".join(f"    ctx.{n} = {n}\n" for n in self.params if n not in saved)
+        setup = _parse_def(
+            f"def _{op}_setup(ctx, inputs, output):\n"
+            f"    {seq(self.params)} = inputs\n"
+            f"    ctx.save_for_backward({', '.join(saved)})\n" + kept
+        )
+        positions = _tuple([str(self.params.index(n)) for n in diff])
+        passed = ", ".join(n if n in saved else f"ctx.{n}" for n in self.params)
+        index = {n: i for i, n in enumerate(diff)}
+        returned = ", ".join(f"grads[{index[n]}]" if n in index else "None" for n in self.params)
+        backward = _parse_def(
+            f"def _{op}_backward(ctx, {'*grads' if self.outputs else 'grad'}):\n"
+            f"    {seq(saved)} = ctx.saved_tensors\n"  # the differentiated tensors at least
+            f"    needs_grad = [ctx.needs_input_grad[i] for i in {positions}]\n"
+            f"    grads = _{op}_grad({'list(grads)' if self.outputs else '[grad]'}, needs_grad, {passed})\n"
+            f"    return {returned}{',' if len(self.params) == 1 else ''}\n"
+        )
+        register = cst.parse_statement(f"{self.fn}.register_autograd(_{op}_backward, setup_context=_{op}_setup)\n")
+        return [grad_op, fake, setup, backward, register]
+
+
+def _tuple(items: Sequence[str]) -> str:
+    return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+
+
+def _plan_autograd(ctx: SiteContext, fn: cst.FunctionDef, calls: Sequence[ObservedCall]) -> _Autograd | None:
+    """The backward the custom op needs; None when no observed call passed a tensor that requires grad."""
+    needed = False
+    for call in calls:
+        carried = any(t.requires_grad for _, s in call.args for t in _tensors(s))
+        outs = _tensors(call.result)
+        if any(o.requires_grad for o in outs) and not carried:
+            raise _Decline("the result's gradient would come from a closed-over tensor")
+        if carried and not all(o.requires_grad and _FLOATING.match(o.dtype or "") for o in outs):
+            raise _Decline("an output eager leaves without a gradient: the op would give it one")
+        needed = needed or carried
+    if not needed:
+        return None
+    if "custom_op_autograd" not in ctx.capabilities:
+        raise _Decline("gradients, and this torch has no way to recompute them inside a custom op")
+    result = calls[0].result
+    if fn.params.kwonly_params or result.kind == "list":
+        raise _Decline("keyword-only parameters or a list result: not supported by the recompute")
+    params = tuple(p.name.value for p in fn.params.params)
+    kinds = {n: {dict(c.args)[n].kind for c in calls} for n in params}
+    floating = {n for n in params if all(_FLOATING.match(dict(c.args)[n].dtype or "") for c in calls)}
+    diff = tuple(n for n in params if kinds[n] == {"tensor"} and n in floating)
+    if any(t.requires_grad for c in calls for n, s in c.args if n not in diff for t in _tensors(s)):
+        raise _Decline("a gradient into a list of tensors or an optional tensor")
+    saved = tuple(n for n in params if "tensor" in kinds[n] and kinds[n] <= {"tensor", "none"})
+    if set(params) & (_BACKWARD_NAMES | {fn.name.value}) or any(
+        n.startswith("_") or n in _CTX_ATTRIBUTES for n in params if n not in saved
+    ):
+        raise _Decline("a parameter named like what the generated backward uses")
+    op = fn.name.value.lstrip("_")
+    if any(global_bindings(ctx, f"_{op}_{h}") for h in ("grad", "grad_fake", "setup", "backward")):
+        raise _Decline("a name the backward would take is bound")
+    why = _impure(ctx, fn, calls, reads_data=True)
+    if why is not None:
+        raise _Decline(f"running it again in backward could differ: {why}")
+    return _Autograd(fn.name.value, params, diff, saved, 0 if result.kind == "tensor" else len(result.items))
+
+
+# ---- purity: what may run again, or once for every call --------------------------------
+
+# Functions whose result depends on their arguments alone and that change nothing:
+# a recompute backward runs them a second time, a nonstrict trace once for all calls.
+_PURE_BUILTINS = frozenset(
+    "abs all any bool bytes chr complex dict divmod enumerate filter float format frozenset getattr hasattr"
+    " hash int isinstance issubclass iter len list map max min ord pow range repr reversed round set slice"
+    " sorted str sum tuple type zip".split()
+)
+_PURE_FUNCTIONS = frozenset(
+    {"zlib.crc32", "zlib.adler32", "binascii.crc32", "bisect.bisect", "bisect.bisect_left", "bisect.bisect_right"}
+    | {"struct.pack", "struct.unpack", "struct.calcsize", "functools.reduce", "functools.partial"}
+    | {"copy.copy", "copy.deepcopy", "operator.itemgetter", "operator.attrgetter"}
+    | {f"hashlib.{h}" for h in ("md5", "sha1", "sha224", "sha256", "sha384", "sha512", "blake2b", "blake2s", "new")}
+)
+_PURE_MODULES = ("math.", "cmath.", "itertools.", "numpy.", "scipy.", "einops.")
+_PURE_TORCH_MODULES = ("torch.nn.functional.", "torch.linalg.", "torch.fft.", "torch.special.", "torch.Tensor.")
+# ... but not what draws random numbers, does I/O or writes into its argument.
+_IMPURE_PARTS = frozenset({"random", "io", "testing"})
+_IMPURE_FUNCTIONS = frozenset(
+    "rand rand_like randn randn_like randint randint_like randperm normal bernoulli multinomial poisson"
+    " manual_seed seed initial_seed get_rng_state set_rng_state save load compile dropout dropout1d dropout2d"
+    " dropout3d alpha_dropout feature_alpha_dropout gumbel_softmax rrelu rrelu_ savez savez_compressed savetxt"
+    " loadtxt genfromtxt fromfile memmap copyto put putmask place fill_diagonal seterr".split()
+)
+# Methods that draw random numbers or reach beyond their receiver, whatever it is.
+_IMPURE_METHODS = frozenset(
+    "normal_ uniform_ random_ bernoulli_ bernoulli exponential_ cauchy_ log_normal_ geometric_ multinomial"
+    " rvs shuffle permutation backward register_hook retain_grad".split()
+)
+# Methods that read a tensor's data: a trace with fake tensors cannot run them.
+_DATA_METHODS = frozenset("numpy item tolist data_ptr untyped_storage storage tobytes __array__".split())
+
+
+def _impure(ctx: SiteContext, fn: cst.FunctionDef, calls: Sequence[ObservedCall], *, reads_data: bool) -> str | None:
+    """Why running ``fn`` again (or once, for every later call) could differ from
+    running it each time; None for a function of its arguments alone. Every call
+    must be to a known pure function or a method of a local value, and every
+    global it reads a constant: literal, bound once, never changed."""
+    flow = _Flow(ctx, fn)
+    primitive = {"int", "float", "bool", "str", "none"}
+    mutable = {n for call in calls for n, s in call.args if s.kind not in primitive}
+    if flow.mutates(mutable | flow.globals):
+        return "writes into an argument or a global"
+    for name in variables(fn.body):
+        if _binding(ctx, name) == "global" and not _constant_global(ctx, name.value):
+            return f"reads `{name.value}`, a global that is not a literal constant"
+    for call in nodes(fn.body, cst.Call):
+        why = _impure_call(ctx, call, reads_data)
+        if why is not None:
+            return why
+    return None
+
+
+def _impure_call(ctx: SiteContext, call: cst.Call, reads_data: bool) -> str | None:
+    func = call.func
+    method = func.attr.value if isinstance(func, cst.Attribute) else None
+    if method in _IMPURE_METHODS or (not reads_data and method in _DATA_METHODS):
+        return f"calls `.{method}()`"
+    root = func
+    while isinstance(root, cst.Attribute):
+        root = root.value
+    if not isinstance(root, cst.Name):
+        return None  # a method of a value computed here: only its name could tell
+    where = _binding(ctx, root)
+    if where == "local":
+        return None if method is not None else f"calls `{root.value}`, a local callable"
+    names = qualified_names(ctx, func) if where in ("import", "builtin") else set()
+    if len(names) != 1 or not _pure_function(next(iter(names)), call):
+        return f"calls `{ctx.code(func)}`"
+    return None
+
+
+def _pure_function(name: str, call: cst.Call) -> bool:
+    parts = name.split(".")
+    if _IMPURE_PARTS & set(parts) or parts[-1] in _IMPURE_FUNCTIONS or parts[-1] in _IMPURE_METHODS:
+        return False
+    if parts[0] == "builtins":
+        return len(parts) == 2 and parts[1] in _PURE_BUILTINS
+    if parts[-1] == "scaled_dot_product_attention":  # dropout_p > 0 draws random numbers
+        dropout = [a.value for a in call.args if a.keyword is not None and a.keyword.value == "dropout_p"]
+        dropout += [a.value for a in call.args if a.keyword is None][4:5]
+        return all(isinstance(d, (cst.Integer, cst.Float)) and float(d.value) == 0 for d in dropout)
+    if name in _PURE_FUNCTIONS or name.startswith(_PURE_MODULES + _PURE_TORCH_MODULES):
+        return True
+    # torch's own functions (`torch.tanh`, `torch.no_grad`), not its submodules' (`torch.cuda`, `torch.nn.init`)
+    return len(parts) == 2 and parts[0] == "torch" and not parts[1].startswith(("_", "set_"))
+
+
+def _binding(ctx: SiteContext, name: cst.Name) -> str:
+    """What ``name`` refers to: "import", "builtin", "local" (a parameter or a
+    variable of the function), "global" (a module-level variable), "definition"
+    (a module-level def or class) or "unknown"."""
+    scope = ctx.file.scopes.get(name)
+    if scope is None:
+        return "unknown"
+    referents = [r for a in scope.accesses[name.value] if a.node is name for r in a.referents]
+    if all(isinstance(r, BuiltinAssignment) for r in referents):
+        return "builtin" if qualified_names(ctx, name) == {f"builtins.{name.value}"} else "unknown"
+    if any(isinstance(r.node, (cst.Import, cst.ImportFrom)) for r in referents):
+        return "import"
+    if all(r.scope is not scope.globals for r in referents):
+        return "local"
+    if all(isinstance(r.node, (cst.FunctionDef, cst.ClassDef)) for r in referents):
+        return "definition"
+    return "global"
+
+
+def _constant_global(ctx: SiteContext, name: str, depth: int = 0) -> bool:
+    """A module-level name bound once, to a literal or to what a pure function makes of
+    literals (``np.linspace(0, 1, 17)``, ``torch.tensor([...])``, no ``requires_grad``),
+    that nothing in the module changes."""
+    bound = global_bindings(ctx, name)
+    if len(bound) != 1 or depth > 3:
+        return False
+    target = ctx.file.parent(bound[0])
+    stmt = ctx.file.parent(target) if isinstance(target, cst.AssignTarget) else target
+    if not isinstance(stmt, (cst.Assign, cst.AnnAssign)) or stmt.value is None:
+        return False
+    if not _constant(ctx, stmt.value, depth):
+        return False
+    for node in nodes(ctx.module, (cst.Global, cst.Call, cst.Assign, cst.AugAssign, cst.Del)):
+        if isinstance(node, cst.Global) and any(n.name.value == name for n in node.names):
+            return False
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            receiver, method = node.func.value, node.func.attr.value
+            in_place = method.endswith("_") and not method.endswith("__")
+            if isinstance(receiver, cst.Name) and receiver.value == name and (
+                in_place or method in _MUTATING or method in _NUMPY_IN_PLACE
+            ):
+                return False
+        targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [getattr(node, "target", None)]
+        for t in _unpacked([t for t in targets if t is not None]):
+            if isinstance(t, (cst.Subscript, cst.Attribute)):
+                while isinstance(t, (cst.Subscript, cst.Attribute)):
+                    t = t.value
+                if isinstance(t, cst.Name) and t.value == name:
+                    return False
+    return True
+
+
+def _constant(ctx: SiteContext, node: cst.BaseExpression, depth: int) -> bool:
+    if _literal(node):
+        return True
+    if isinstance(node, cst.Name):
+        return _binding(ctx, node) == "global" and _constant_global(ctx, node.value, depth + 1)
+    if isinstance(node, cst.BinaryOperation):
+        return _constant(ctx, node.left, depth) and _constant(ctx, node.right, depth)
+    if not isinstance(node, cst.Call) or _impure_call(ctx, node, reads_data=True) is not None:
+        return False
+    return all(
+        _constant(ctx, a.value, depth) and not (a.keyword is not None and a.keyword.value == "requires_grad")
+        for a in node.args
+    )
+
+
+def _literal(node: cst.BaseExpression) -> bool:
+    if isinstance(node, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString)):
+        return True
+    if isinstance(node, cst.Name):
+        return node.value in ("None", "True", "False")
+    if isinstance(node, cst.UnaryOperation):
+        return _literal(node.expression)
+    if isinstance(node, cst.BinaryOperation):
+        return _literal(node.left) and _literal(node.right)
+    if isinstance(node, (cst.Tuple, cst.List, cst.Set)):
+        return all(_literal(e.value) for e in node.elements)
+    if isinstance(node, cst.Dict):
+        return all(isinstance(e, cst.DictElement) and _literal(e.key) and _literal(e.value) for e in node.elements)
+    return False
+
+
 # ---- state: mutation and aliasing ------------------------------------------------------
 
 
@@ -415,6 +786,7 @@ class _Flow:
 
     def __init__(self, ctx: SiteContext, fn: cst.FunctionDef) -> None:
         self.fn = fn
+        self.parent = ctx.file.parent
         scope = ctx.file.scopes.get(ctx.module)
         assignments = [] if scope is None else list(scope.assignments)
         self.modules = {a.name for a in assignments if isinstance(a.node, (cst.Import, cst.ImportFrom))}
@@ -484,7 +856,10 @@ class _Flow:
             func = call.func
             name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", "")
             in_place = name.endswith("_") and not name.endswith("__") and name.strip("_") != ""
-            if isinstance(func, cst.Attribute) and self.root(func.value) in derived and (in_place or name in _MUTATING):
+            # numpy's in-place methods (`a.sort()`, `a.fill(0)`) return None: they stand alone
+            alone = name in _NUMPY_IN_PLACE and isinstance(self.parent(call), cst.Expr)
+            changes = in_place or alone or name in _MUTATING
+            if isinstance(func, cst.Attribute) and self.root(func.value) in derived and changes:
                 return True
             if (in_place or name in ("setattr", "delattr")) and any(self.root(a.value) in derived for a in call.args):
                 return True  # `torch.nn.init.zeros_(w)`, `setattr(self, ...)`
@@ -514,6 +889,13 @@ def _kind_ok(spec: ValueSpec, kinds: frozenset[str]) -> bool:
     if spec.kind not in kinds:
         return False
     return all(_kind_ok(i, kinds - {"module"}) for i in spec.items)
+
+
+def _numbers(spec: ValueSpec) -> tuple:
+    """The ints and floats in an argument (one, or those in a list), in order."""
+    if spec.kind in ("int", "float"):
+        return (spec.value,)
+    return tuple(v for i in spec.items for v in _numbers(i))
 
 
 def _tensors(spec: ValueSpec) -> list[ValueSpec]:
@@ -708,4 +1090,4 @@ def _literal_default(node: cst.BaseExpression) -> bool:
     return constant or isinstance(node, _LITERAL_DEFAULTS)
 
 
-RECIPES = (WrapCustomOp, WrapLeafFunction)
+RECIPES = (WrapNonstrictTrace, WrapCustomOp, WrapLeafFunction)
