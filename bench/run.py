@@ -1,6 +1,6 @@
 """All of gbfix's benchmark figures in one table, each with the command that reproduces it.
 
-    python bench/run.py                    # the four figures (fix rate: the whole suite, ~5 min with --jobs 2)
+    python bench/run.py                    # the five figures (fix rate: the whole suite, ~5 min with --jobs 2)
     python bench/run.py --quick            # fewer rounds, payoff with 1 process per variant, fix rate on 3 cases
     python bench/run.py --only payoff --only apply --details
 
@@ -12,6 +12,8 @@ The figures, run one after the other:
   examples/tinylm, interleaved per round, medians (this file);
 - payoff: latency of the models in bench/models/ before and after gbfix's verified edits
   on CPU inductor (bench/payoff.py);
+- scale: gbfix on 500 generated files of which the entry touches 10: files parsed and
+  the time of the static parts (bench/scale.py);
 - fix rate: gbfix over the real-world suite, break sites removed (bench/fixrate.py).
 This is a thin driver: the other bench modules do the measuring; `--details` also prints
 their own reports.
@@ -32,7 +34,7 @@ REPO = BENCH.parent
 TINYLM = REPO / "examples" / "tinylm"
 TINYLM_ENTRY = "python train.py"
 QUICK_CASES = ["loss_normalize", "warn_in_forward", "mnf_rng_branch"]  # a fixable case, a safe-recipe case, a must-not-fix case
-FIGURES = ("detection", "apply", "payoff", "fixrate")
+FIGURES = ("detection", "apply", "payoff", "scale", "fixrate")
 
 
 def _setup() -> None:
@@ -132,6 +134,17 @@ def main() -> int:
             f"`python bench/payoff.py --repeats {repeats} --calls {calls}`",
         ))
         details.append(payoff.report(ms, "cpu", "default", repeats, calls, False))
+
+    if "scale" in wanted:
+        import scale
+
+        row = scale.measure(500, 10, 3)
+        rows.append((
+            "scale: 500 files, the entry touches 10 (3 break)",
+            f"{row['parsed']} files parsed; static parts {row['static_s']:.2f} s of {row['total_s']:.1f} s",
+            "`python bench/scale.py`",
+        ))
+        details.append(scale.table(row))
 
     if "fixrate" in wanted:
         import fixrate
