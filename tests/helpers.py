@@ -46,3 +46,19 @@ def rewrite_at(
     (s, e) = parsed.span(rw.original)
     edit = Edit(0, site, recipe.name, recipe.safety, rw.message, s, e, rw.original, rw.replacement, rw.imports)
     return edits.apply(parsed, [edit]).decode()
+
+
+def at(source: str, needle: str, recipe, code: str, nth: int = 0) -> str | None:
+    """Rewrite at the nth occurrence of ``needle``, the span Dynamo reports."""
+    source = textwrap.dedent(source)
+    hits = [(n, line) for n, line in enumerate(source.splitlines(), 1) if needle in line]
+    number, line = hits[nth]
+    col = line.index(needle)
+    return rewrite_at(source, recipe, number, col, col + len(needle), code)
+
+
+def changed(before: str, after: str | None) -> list[str]:
+    """The lines of ``after`` that are not in ``before``."""
+    assert after is not None, "the recipe declined"
+    old = set(textwrap.dedent(before).splitlines())
+    return [line.strip() for line in after.splitlines() if line not in old]

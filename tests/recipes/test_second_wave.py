@@ -15,25 +15,9 @@ from gbfix.records import Break, Cause, Frame, Site
 from gbfix.recipes.copying import DeepcopyToClone
 from gbfix.recipes.shapes import MaskedReduction, OneHotNumClasses
 from gbfix.recipes.timing import SkipTiming
-from tests.helpers import rewrite_at
+from tests.helpers import at, changed
 
 RULES = Path(__file__).resolve().parents[2] / "rules"
-
-
-def at(source: str, needle: str, recipe, code: str, nth: int = 0) -> str | None:
-    """Rewrite at the nth occurrence of ``needle``, the span Dynamo reports."""
-    source = textwrap.dedent(source)
-    hits = [(n, line) for n, line in enumerate(source.splitlines(), 1) if needle in line]
-    number, line = hits[nth]
-    col = line.index(needle)
-    return rewrite_at(source, recipe, number, col, col + len(needle), code)
-
-
-def changed(before: str, after: str | None) -> list[str]:
-    """The lines of ``after`` that are not in ``before``."""
-    assert after is not None, "the recipe declined"
-    old = set(textwrap.dedent(before).splitlines())
-    return [line.strip() for line in after.splitlines() if line not in old]
 
 
 # ---- rules/ examples --------------------------------------------------------------

@@ -71,7 +71,6 @@ from __future__ import annotations
 import ast
 import builtins
 import functools
-import importlib
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -111,16 +110,7 @@ def _inner_recipes() -> tuple[type[Recipe], ...]:
 
     Imported here, not through ``recipes.all_recipes()``: that imports this
     module too, which is not finished at this point."""
-    names = recipes._MODULES[: recipes._MODULES.index(_HERE)]
-    found: list[type[Recipe]] = []
-    for name in names:
-        try:
-            module = importlib.import_module(f"gbfix.recipes.{name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"gbfix.recipes.{name}":
-                raise
-            continue
-        found.extend(module.RECIPES)
+    found = recipes.load(recipes._MODULES[: recipes._MODULES.index(_HERE)])
     return tuple(
         r for r in found if not r.process_wide and "compile-boundary" not in r.tolerates and r.observe is Recipe.observe
     )
