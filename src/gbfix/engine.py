@@ -102,6 +102,7 @@ class _Session:
         self.to_original: dict[Path, LineMap] = {}  # current generation -> original lines
         self.prober = Prober(entry, workdir, opts.timeout)
         self.ids = itertools.count(1)
+        self.applied: dict[tuple[Path, frozenset[int]], bytes] = {}  # edits of one file -> its bytes, this generation
         self.outcomes: list[Outcome] = []
         self.where: dict[int, tuple] = {}  # edit id -> its site's key in the original files
         self.seen: dict[tuple, Finding] = {}  # every site seen, by original key
@@ -143,7 +144,14 @@ class _Session:
         by_file: dict[Path, list[Edit]] = {}
         for e in edits:
             by_file.setdefault(e.path, []).append(e)
-        return {path: edit_ops.apply(locator.parsed(path), eds) for path, eds in by_file.items()}
+        out = {}
+        for path, eds in by_file.items():
+            # a trial's files are applied again on commit: edit ids are unique, so the key holds
+            key = (path, frozenset(e.id for e in eds))
+            if key not in self.applied:
+                self.applied[key] = edit_ops.apply(locator.parsed(path), eds)
+            out[path] = self.applied[key]
+        return out
 
     def _overlay(self, edits: list[Edit], locator: Locator) -> tuple[dict[Path, bytes], dict[Path, LineMap]]:
         """Contents of every file that differs from disk once ``edits`` apply, and their line maps."""
@@ -424,7 +432,9 @@ class _Session:
 
     def _commit(self, accepted: list[Edit], locator: Locator) -> None:
         """Make the accepted edits the next generation of the files."""
-        for path, data in self._edited(accepted, locator).items():
+        edited = self._edited(accepted, locator)
+        self.applied.clear()  # the next generation parses anew
+        for path, data in edited.items():
             src = self.current[path]
             self.current[path] = SourceFile(path, data, data.decode(src.encoding), src.encoding)
             self.to_original[path] = LineMap(self.originals[path].text, self.current[path].text)
