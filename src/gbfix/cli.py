@@ -123,16 +123,23 @@ _BACKEND = click.option(
 )
 
 
+def _settings_options(f):
+    """The flags that override [tool.gbfix] for `fix` (and `config`, which shows the result)."""
+    for option in (selection_options, _BACKEND, _FULLGRAPH, _UNSAFE, _TIMEOUT, _ENTRY):
+        f = option(f)
+    return f
+
+
+def _flags(entry, timeout, unsafe_fixes, fullgraph, backend, select, ignore) -> dict:
+    """The settings flags by their [tool.gbfix] key (None: not given)."""
+    return {"entry": entry, "timeout": timeout, "unsafe-fixes": unsafe_fixes, "fullgraph": fullgraph, "backend": backend, "select": select, "ignore": ignore}
+
+
 @cli.command(context_settings=_HELP, short_help="Detect, fix and verify graph breaks (the default command).")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--dry-run", "mode", flag_value="dry-run", default=True, help="Show the verified diff; write nothing (default).")
 @click.option("--apply", "mode", flag_value="apply", help="Write the verified edits.")
-@_ENTRY
-@_TIMEOUT
-@_UNSAFE
-@_FULLGRAPH
-@_BACKEND
-@selection_options
+@_settings_options
 @OUTPUT_FORMAT
 @HTML_OPTION
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
@@ -153,8 +160,7 @@ def fix(
 
     if paths:
         check_paths(list(paths))  # a missing path is the first thing to say, before the entry or the config
-    flags = {"entry": entry, "timeout": timeout, "unsafe-fixes": unsafe_fixes, "fullgraph": fullgraph, "backend": backend, "select": select, "ignore": ignore}
-    settings = settings_for(paths, flags)
+    settings = settings_for(paths, _flags(entry, timeout, unsafe_fixes, fullgraph, backend, select, ignore))
     targets = settings.targets()
     check_paths(targets)
     the_entry = resolve(entry, targets, Path.cwd())
@@ -242,12 +248,7 @@ def lint(paths: tuple[Path, ...], select: tuple[str, ...] | None, ignore: tuple[
 
 @cli.command("config", context_settings=_HELP, short_help="Show the settings gbfix resolves: flags, [tool.gbfix], defaults.")
 @click.argument("path", required=False, type=click.Path(path_type=Path))
-@_ENTRY
-@_TIMEOUT
-@_UNSAFE
-@_FULLGRAPH
-@_BACKEND
-@selection_options
+@_settings_options
 @_FORMAT
 def config_command(
     path: Path | None, entry: str | None, timeout: float | None, unsafe_fixes: bool | None, fullgraph: bool | None,
@@ -261,8 +262,7 @@ def config_command(
 
     paths = (path,) if path is not None else ()
     check_paths(list(paths))
-    flags = {"entry": entry, "timeout": timeout, "unsafe-fixes": unsafe_fixes, "fullgraph": fullgraph, "backend": backend, "select": select, "ignore": ignore}
-    settings = settings_for(paths, flags)
+    settings = settings_for(paths, _flags(entry, timeout, unsafe_fixes, fullgraph, backend, select, ignore))
     where = display(settings.config.path, Path.cwd()) if settings.config else None
     values = {key: {"value": list(s.value) if isinstance(s.value, tuple) else s.value, "source": s.source, "origin": s.origin}
               for key, s in settings.values.items()}
