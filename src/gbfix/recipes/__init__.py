@@ -54,6 +54,11 @@ def load(names: tuple[str, ...]) -> tuple[type[Recipe], ...]:
     return tuple(out)
 
 
+def listed_before(module: str) -> tuple[type[Recipe], ...]:
+    """The recipes of the modules the registry lists before ``module``."""
+    return load(_MODULES[: _MODULES.index(module)])
+
+
 def named(name: str) -> type[Recipe]:
     """The recipe class an Edit names (looked up each time: tests patch the registry)."""
     return next(r for r in all_recipes() if r.name == name)
@@ -74,4 +79,4 @@ def candidates(code: str, *, unsafe: bool) -> list[type[Recipe]]:
     return sorted(found, key=lambda r: r.safety != "safe")
 
 
-__all__ = ["Recipe", "Rewrite", "SiteContext", "all_recipes", "candidates", "finalize", "named"]
+__all__ = ["Recipe", "Rewrite", "SiteContext", "all_recipes", "candidates", "finalize", "listed_before", "load", "named"]

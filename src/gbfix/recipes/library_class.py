@@ -110,7 +110,7 @@ def _inner_recipes() -> tuple[type[Recipe], ...]:
 
     Imported here, not through ``recipes.all_recipes()``: that imports this
     module too, which is not finished at this point."""
-    found = recipes.load(recipes._MODULES[: recipes._MODULES.index(_HERE)])
+    found = recipes.listed_before(_HERE)
     return tuple(
         r for r in found if not r.process_wide and "compile-boundary" not in r.tolerates and r.observe is Recipe.observe
     )
