@@ -10,7 +10,7 @@ import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, ParentNodeProvider, PositionProvider, ScopeProvider
 
 from gbfix.records import Break, Frame, Site
-from gbfix.sources import SourceFile
+from gbfix.sources import SourceFile, char_column
 
 Pos = tuple[int, int]
 
@@ -45,7 +45,7 @@ class ParsedFile:
         """Dynamo's columns are UTF-8 byte offsets; LibCST's are characters."""
         if byte_col is None or not 1 <= line <= len(self.lines):
             return byte_col
-        return len(self.lines[line - 1].encode("utf-8")[:byte_col].decode("utf-8", "ignore"))
+        return char_column(self.lines[line - 1], byte_col)
 
     def span(self, node: cst.CSTNode) -> tuple[Pos, Pos]:
         r: CodeRange = self._positions[node]

@@ -135,8 +135,9 @@ def _char_col(file: str, line: int, byte_col: int | None) -> int | None:
     """Dynamo's 0-based byte column -> a 1-based character column."""
     if byte_col is None:
         return None
-    text = linecache.getline(file, line)
-    return len(text.encode("utf-8")[:byte_col].decode("utf-8", "ignore")) + 1
+    from gbfix.sources import char_column
+
+    return char_column(linecache.getline(file, line), byte_col) + 1
 
 
 def _locate(record: dict[str, Any], root: Path) -> dict[str, Any]:

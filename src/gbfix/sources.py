@@ -55,6 +55,11 @@ def read(path: Path) -> SourceFile:
     return SourceFile(path.resolve(), data, text, encoding)
 
 
+def char_column(line_text: str, byte_col: int) -> int:
+    """Dynamo's columns are UTF-8 byte offsets into the line; editors and LibCST count characters."""
+    return len(line_text.encode("utf-8")[:byte_col].decode("utf-8", "ignore"))
+
+
 def check_paths(paths: list[Path]) -> None:
     """Each target exists and is a folder or a .py file (checked before anything runs)."""
     for p in paths:
