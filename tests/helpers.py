@@ -7,7 +7,7 @@ from pathlib import Path
 
 from gbfix import edits
 from gbfix.locate import ParsedFile
-from gbfix.records import Break, Cause, Edit, Frame, ObservedCall, Site
+from gbfix.records import Break, Cause, Frame, ObservedCall, Site
 from gbfix.recipes.base import Recipe, SiteContext
 from gbfix.sources import SourceFile
 
@@ -43,9 +43,7 @@ def rewrite_at(
     rw = recipe().propose(ctx)
     if rw is None:
         return None
-    (s, e) = parsed.span(rw.original)
-    edit = Edit(0, site, recipe.name, recipe.safety, rw.message, s, e, rw.original, rw.replacement, rw.imports)
-    return edits.apply(parsed, [edit]).decode()
+    return edits.apply(parsed, [rw.edit(0, site, recipe, parsed)]).decode()
 
 
 def at(source: str, needle: str, recipe, code: str, nth: int = 0) -> str | None:

@@ -12,6 +12,7 @@ from libcst.codemod.visitors import AddImportsVisitor
 
 from gbfix import recipes
 from gbfix.locate import ParsedFile
+from gbfix.recipes.layout import add_helpers
 from gbfix.records import Edit
 
 
@@ -34,6 +35,7 @@ def apply(parsed: ParsedFile, edits: Iterable[Edit]) -> bytes:
     if not edits:
         return parsed.source.data
     module = parsed.module.visit(_Replace({id(e.original): e.replacement for e in edits}))
+    module = add_helpers(module, {name: code for e in edits for name, code in e.helpers})
     imports = [imp for imp in dict.fromkeys(imp for e in edits for imp in e.imports) if not _imported(module, *imp)]
     if imports:
         context = CodemodContext()

@@ -259,8 +259,7 @@ class _Session:
             rw = recipe().propose(ctx)
             if rw is None:
                 continue
-            start, end = locator.parsed(site.path).span(rw.original)
-            edit = Edit(next(self.ids), site, recipe.name, recipe.safety, rw.message, start, end, rw.original, rw.replacement, rw.imports)
+            edit = rw.edit(next(self.ids), site, recipe, locator.parsed(site.path))
             self.where[edit.id] = self.original_key(site)
             out.append(edit)
         return out

@@ -200,6 +200,7 @@ class Edit:
     original: Any = field(compare=False, repr=False)
     replacement: Any = field(compare=False, repr=False)
     imports: tuple[tuple[str, str | None], ...] = ()  # (module, name) for AddImportsVisitor
+    helpers: tuple[tuple[str, str], ...] = ()  # (name, code) of module-level helpers to add
 
     @property
     def path(self) -> Path:

@@ -16,7 +16,7 @@ from typing import ClassVar, Union
 import libcst as cst
 
 from gbfix.locate import ParsedFile
-from gbfix.records import ObservedCall, Safety, Site
+from gbfix.records import Edit, ObservedCall, Safety, Site
 
 Replacement = Union[cst.CSTNode, cst.FlattenSentinel, cst.RemovalSentinel]
 
@@ -58,6 +58,14 @@ class Rewrite:
     replacement: Replacement
     message: str
     imports: tuple[tuple[str, str | None], ...] = ()
+    helpers: tuple[tuple[str, str], ...] = ()  # (name, code) of module-level helpers the replacement calls
+
+    def edit(self, edit_id: int, site: Site, recipe: type[Recipe], file: ParsedFile) -> Edit:
+        start, end = file.span(self.original)
+        return Edit(
+            edit_id, site, recipe.name, recipe.safety, self.message, start, end,
+            self.original, self.replacement, self.imports, self.helpers,
+        )
 
 
 class Recipe(cst.CSTTransformer):
@@ -83,6 +91,7 @@ class Recipe(cst.CSTTransformer):
         super().__init__()
         self.ctx: SiteContext | None = None
         self.imports: list[tuple[str, str | None]] = []
+        self.helpers: list[tuple[str, str]] = []
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
         """The node this recipe rewrites at the site, or None if it does not apply."""
@@ -105,11 +114,16 @@ class Recipe(cst.CSTTransformer):
         node = self.anchor(ctx)
         if node is None:
             return None
-        self.ctx, self.imports = ctx, []
+        self.ctx, self.imports, self.helpers = ctx, [], []
         new = self.rewrite(node)
         if new is None or (isinstance(new, cst.CSTNode) and new.deep_equals(node)):
             return None
-        return Rewrite(node, new, self.summary, tuple(dict.fromkeys(self.imports)))
+        return Rewrite(node, new, self.summary, tuple(dict.fromkeys(self.imports)), tuple(dict.fromkeys(self.helpers)))
 
     def need_import(self, module: str, name: str | None = None) -> None:
         self.imports.append((module, name))
+
+    def need_helper(self, name: str, code: str) -> None:
+        """A module-level definition the replacement calls, added after the imports
+        unless the file defines ``name`` already (edits adding the same one share it)."""
+        self.helpers.append((name, code))

@@ -39,3 +39,23 @@ def blank_lines_before(stmt: cst.BaseStatement, n: int) -> cst.BaseStatement:
     if blank >= n:
         return stmt
     return stmt.with_changes(leading_lines=[*[cst.EmptyLine()] * (n - blank), *stmt.leading_lines])
+
+
+def add_helpers(module: cst.Module, helpers: dict[str, str]) -> cst.Module:
+    """The module with each helper (name -> code) it does not define yet placed
+    after its imports, two blank lines around each."""
+    defined = {s.name.value for s in module.body if isinstance(s, (cst.FunctionDef, cst.ClassDef))}
+    new = [stmt for name, code in helpers.items() if name not in defined for stmt in _statements(code)]
+    if not new:
+        return module
+    body = list(module.body)
+    at = after_imports(module)
+    if at < len(body):
+        body[at] = blank_lines_before(body[at], 2)
+    return module.with_changes(body=[*body[:at], *new, *body[at:]])
+
+
+def _statements(code: str) -> list[cst.BaseStatement]:
+    stmts = list(cst.parse_module(code).body)
+    stmts[0] = stmts[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+    return stmts

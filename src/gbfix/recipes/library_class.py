@@ -84,10 +84,9 @@ from gbfix import edits, recipes
 from gbfix.errors import GbfixError
 from gbfix.locate import Locator, ParsedFile
 from gbfix.recipes.base import Recipe, Replacement, SiteContext
-from gbfix.recipes.logging_call import HelperRecipe
 from gbfix.recipes.print_call import call_at, global_bindings, qualified_names
 from gbfix.recipes.tree import nodes, variables
-from gbfix.records import Edit, Frame, Safety
+from gbfix.records import Frame, Safety
 from gbfix.sources import SourceFile, read
 
 _HERE = "library_class"
@@ -496,12 +495,9 @@ def _fix(ctx: SiteContext, safety: Safety) -> cst.Module:
         rw = recipe().propose(inner_ctx)
         if rw is None:
             continue
-        inside = any(a is copied for a in (rw.original, *parsed.ancestors(rw.original)))
-        if not inside and not (rw.original is parsed.module and issubclass(recipe, HelperRecipe)):
+        if not any(a is copied for a in (rw.original, *parsed.ancestors(rw.original))):
             continue  # a rewrite elsewhere in the file is not a fix of the copied method
-        start, end = parsed.span(rw.original)
-        edit = Edit(0, site, recipe.name, recipe.safety, rw.message, start, end, rw.original, rw.replacement, rw.imports)
-        return cst.parse_module(edits.apply(parsed, [edit]))
+        return cst.parse_module(edits.apply(parsed, [rw.edit(0, site, recipe, parsed)]))
     raise _Decline("no recipe fixes the copied method")
 
 

@@ -40,12 +40,9 @@ import ast
 from typing import ClassVar
 
 import libcst as cst
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from gbfix.recipes.base import Recipe, SiteContext
-from gbfix.recipes.layout import after_imports, blank_lines_before
 from gbfix.recipes.print_call import call_at, global_bindings, is_module_global, str_literal
 
 # Logger methods that emit a record and return None. `warning_once` / `info_once`
@@ -65,11 +62,9 @@ NUMBERED_HELPER = "_gbfix_warn"
 class HelperRecipe(Recipe):
     """Base for rewrites that route one call through a module-level helper.
 
-    The helper is added once per file. While it is missing, the edit replaces
-    the whole module (the helper goes after the imports, the imports it needs
-    are added, and the call is rewritten), so two such sites in one file
-    cannot both add it: the second edit overlaps the first and is retried next
-    round, when the helper is there and only the call is replaced.
+    The edit replaces only the call; the helper (its definition and
+    registrations) goes with it as a helper of the edit, which the file gets
+    once, after its imports, however many edits in it need it.
     """
 
     helper: ClassVar[str]  # the helper's name
@@ -88,19 +83,16 @@ class HelperRecipe(Recipe):
         call = self.match(ctx)
         if call is None or not isinstance(ctx.file.parent(call), cst.Expr):
             return None  # the helper returns None: only a call whose result is unused
-        present = _defines(ctx, self.helper)
-        if present is None:
-            return None
-        self._call = call
-        return call if present else ctx.module
+        if _defines(ctx, self.helper) is None:
+            return None  # the name is taken by something else
+        return call
 
     def rewrite(self, node: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(node, cst.Call)
         for module in self.helper_imports:
             self.need_import(module)
-        new_call = self.reroute(self._call)
-        if node is self._call:
-            return new_call
-        return _with_helper(node, self._call, new_call, self.helper_code, self.helper_imports)
+        self.need_helper(self.helper, self.helper_code)
+        return self.reroute(node)
 
 
 class LoggerRecipe(HelperRecipe):
@@ -243,28 +235,6 @@ def _defines(ctx: SiteContext, name: str) -> bool | None:
         return False
     ours = [s for s in ctx.module.body if isinstance(s, cst.FunctionDef) and s.name.value == name]
     return True if all(any(n is s for s in ours) for n in bound) else None
-
-
-def _with_helper(
-    module: cst.Module, call: cst.Call, new_call: cst.Call, code: str, imports: tuple[str, ...]
-) -> cst.Module:
-    class _Swap(cst.CSTTransformer):
-        def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-            return new_call if original is call else updated
-
-    body = list(module.visit(_Swap()).body)
-    at = after_imports(module)
-    helper = list(cst.parse_module(code).body)
-    helper[0] = helper[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
-    if at < len(body):
-        body[at] = blank_lines_before(body[at], 2)
-    module = module.with_changes(body=[*body[:at], *helper, *body[at:]])
-    # The imports go in here, not later with the engine's: the module is then
-    # laid out as it will be written, and the line numbers are right.
-    context = CodemodContext()
-    for name in imports:
-        AddImportsVisitor.add_needed_import(context, name)
-    return renumber(AddImportsVisitor(context).transform_module(module))
 
 
 def renumber(module: cst.Module) -> cst.Module:
