@@ -5,8 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -14,6 +12,7 @@ from pathlib import Path
 from gbfix.entry import Entry
 from gbfix.errors import EntryError, GbfixError
 from gbfix.gbcodes import torch_dir
+from gbfix.launch import Fresh, Launched, Timeout, Warm, WorkerLost
 from gbfix.records import Break, LogRecord, ObservedCall, RunResult, WarningRecord
 
 DEFAULT_TIMEOUT = 900.0
@@ -35,15 +34,41 @@ def _tail(path: Path) -> str:
 class Prober:
     """Runs the entry in child processes; each run gets its own scratch folder."""
 
-    def __init__(self, entry: Entry, workdir: Path, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, entry: Entry, workdir: Path, timeout: float = DEFAULT_TIMEOUT, warm: bool = False) -> None:
+        """``warm``: fork runs from a worker that imports torch once (for many runs;
+        a single run gains nothing). Call ``close`` when done."""
         if torch_dir() is None:
             raise GbfixError(f"torch is not installed for {sys.executable}; install it first (pip install torch)")
         self.entry = entry
         self.workdir = workdir
         self.timeout = timeout
         self.runs = 0
+        self.started: list[Pending] = []
+        env = {
+            **os.environ,
+            "PYTHONDONTWRITEBYTECODE": "1",  # never litter the user's tree with __pycache__
+            "PYTHONHASHSEED": "0",  # same set/dict iteration order in every run
+            "PYTHONUNBUFFERED": "1",
+        }
+        # The worker imports torch before its first fork: not a run, so not held to the run limit.
+        self.launcher = Warm(entry.cwd, env, workdir / "worker.log", max(timeout, 300.0)) if warm else Fresh(entry.cwd, env)
 
-    def run(
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return self.launcher.notes
+
+    def close(self) -> None:
+        """Stop the runs still going (no run outlives gbfix) and the warm worker."""
+        for pending in self.started:
+            pending.cancel()
+        self.launcher.close()
+
+    def run(self, **how) -> RunResult:
+        """One run, waited for (see ``start``); raises RunFailed if the entry crashed,
+        exited non-zero or timed out."""
+        return self.start(**how).result()
+
+    def start(
         self,
         *,
         overlay: dict[Path, bytes] | None = None,
@@ -51,8 +76,8 @@ class Prober:
         backend: str = "eager",
         fullgraph: bool | None = None,
         observe: tuple[tuple[Path, int], ...] = (),
-    ) -> RunResult:
-        """One run; raises RunFailed if the entry crashed, exited non-zero or timed out.
+    ) -> Pending:
+        """Start one run; several may go at once (a ``warm`` prober forks them all).
 
         backend: "eager" (detection), "own" (the program's own settings) or
         "none" (Dynamo disabled). ``observe``: (file, first line) of user
@@ -81,55 +106,10 @@ class Prober:
         spec_path = rundir / "spec.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
         stdout_path, stderr_path = rundir / "stdout", rundir / "stderr"
-        env = {
-            **os.environ,
-            "PYTHONDONTWRITEBYTECODE": "1",  # never litter the user's tree with __pycache__
-            "PYTHONHASHSEED": "0",  # same set/dict iteration order in every run
-            "PYTHONUNBUFFERED": "1",
-        }
-        if backend == "none":  # the program with compilation off: eager ground truth
-            env["TORCHDYNAMO_DISABLE"] = "1"
-        started = time.perf_counter()
-        with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "gbfix.child", str(spec_path)],
-                cwd=self.entry.cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                env=env,
-                start_new_session=True,  # so a timeout can kill the whole process group
-            )
-            try:
-                proc.wait(timeout=self.timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                raise RunFailed(f"timed out after {self.timeout:g} s") from None
-        result_path = Path(spec["result"])
-        if not result_path.is_file():
-            last = _tail(stderr_path)
-            raise RunFailed(f"exit code {proc.returncode}" + (f": {last}" if last else ""))
-        data = json.loads(result_path.read_text(encoding="utf-8"))
-        if data["error"]:
-            raise RunFailed(data["error"])
-        return RunResult(
-            breaks=tuple(Break.from_json(b) for b in data["breaks"]),
-            stdout=stdout_path.read_text(encoding="utf-8", errors="replace"),
-            logs=tuple(LogRecord(**r) for r in data["logs"]),
-            warnings=tuple(WarningRecord(**w) for w in data["warnings"]),
-            compiled_calls=data["compiled_calls"],
-            outputs_path=Path(spec["outputs_out"]),
-            output_mismatch=data["output_mismatch"],
-            compile_sites=tuple(tuple(s) for s in data["compile_sites"]),
-            torch_version=data["torch_version"],
-            capabilities=frozenset(data["capabilities"]),
-            seconds=time.perf_counter() - started,
-            observed={
-                (o["file"], o["line"]): tuple(ObservedCall.from_json(c) for c in o["calls"]) for o in data["observed"]
-            },
-            graphs=data.get("graphs"),
-        )
+        extra = {"TORCHDYNAMO_DISABLE": "1"} if backend == "none" else {}  # eager ground truth
+        pending = Pending(self.launcher.start(spec_path, stdout_path, stderr_path, extra), rundir, self.timeout)
+        self.started.append(pending)
+        return pending
 
     def baseline(self) -> RunResult:
         """The first run of the unmodified program: any failure here is the user's to fix."""
@@ -137,3 +117,63 @@ class Prober:
             return self.run()
         except RunFailed as e:
             raise EntryError(f"the entry `{self.entry.text}` failed: {e}") from None
+
+
+class Pending:
+    """A started run: ``result`` waits for it, ``cancel`` kills it."""
+
+    def __init__(self, child: Launched, rundir: Path, timeout: float) -> None:
+        self.child, self.rundir, self.timeout = child, rundir, timeout
+        self.started = time.perf_counter()
+        self._result: RunResult | RunFailed | None = None
+
+    def result(self) -> RunResult:
+        if self._result is None:
+            try:
+                self._result = self._wait()
+            except RunFailed as e:
+                self._result = e
+        if isinstance(self._result, RunFailed):
+            raise self._result
+        return self._result
+
+    def cancel(self) -> None:
+        if self._result is None:
+            self.child.kill()
+            self._result = RunFailed("cancelled")
+
+    def _wait(self) -> RunResult:
+        try:
+            rc = self.child.wait(self.timeout - (time.perf_counter() - self.started))
+        except Timeout:
+            self.child.kill()
+            raise RunFailed(f"timed out after {self.timeout:g} s") from None
+        except WorkerLost as e:
+            raise RunFailed(str(e)) from None
+        except BaseException:  # Ctrl-C: the run must not outlive gbfix
+            self.child.kill()
+            raise
+        result_path = self.rundir / "result.json"
+        if not result_path.is_file():
+            last = _tail(self.rundir / "stderr")
+            raise RunFailed(f"exit code {rc}" + (f": {last}" if last else ""))
+        data = json.loads(result_path.read_text(encoding="utf-8"))
+        if data["error"]:
+            raise RunFailed(data["error"])
+        return RunResult(
+            breaks=tuple(Break.from_json(b) for b in data["breaks"]),
+            stdout=(self.rundir / "stdout").read_text(encoding="utf-8", errors="replace"),
+            logs=tuple(LogRecord(**r) for r in data["logs"]),
+            warnings=tuple(WarningRecord(**w) for w in data["warnings"]),
+            compiled_calls=data["compiled_calls"],
+            outputs_path=self.rundir / "outputs.pt",
+            output_mismatch=data["output_mismatch"],
+            compile_sites=tuple(tuple(s) for s in data["compile_sites"]),
+            torch_version=data["torch_version"],
+            capabilities=frozenset(data["capabilities"]),
+            seconds=time.perf_counter() - self.started,
+            observed={
+                (o["file"], o["line"]): tuple(ObservedCall.from_json(c) for c in o["calls"]) for o in data["observed"]
+            },
+            graphs=data.get("graphs"),
+        )

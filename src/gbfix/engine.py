@@ -100,7 +100,7 @@ class _Session:
         self.targets = set(targets)
         self.current: dict[Path, SourceFile] = dict(targets)  # the generation being edited
         self.to_original: dict[Path, LineMap] = {}  # current generation -> original lines
-        self.prober = Prober(entry, workdir, opts.timeout)
+        self.prober = Prober(entry, workdir, opts.timeout, warm=True)
         self.ids = itertools.count(1)
         self.applied: dict[tuple[Path, frozenset[int]], bytes] = {}  # edits of one file -> its bytes, this generation
         self.outcomes: list[Outcome] = []
@@ -478,7 +478,7 @@ class _Session:
             baseline=self.baseline,
             runs=self.prober.runs,
             seconds=time.perf_counter() - started,
-            notes=tuple(self.notes),
+            notes=tuple(self.notes) + self.prober.notes,
             final=run,
         )
 
@@ -599,7 +599,11 @@ def fix(paths: list[Path], entry: Entry, opts: Options = Options(), progress: Ca
     """Find the breaks the entry hits in the target paths and compute verified edits."""
     targets = sources.collect(paths)
     with tempfile.TemporaryDirectory(prefix="gbfix-") as workdir:
-        return _Session(entry, targets, opts, Path(workdir), progress).run()
+        session = _Session(entry, targets, opts, Path(workdir), progress)
+        try:
+            return session.run()
+        finally:
+            session.prober.close()
 
 
 def write(result: Result) -> list[Path]:

@@ -1,0 +1,217 @@
+"""How a run's child process starts: a fresh interpreter, or a fork of a warm worker.
+
+A fresh ``python -m gbfix.child SPEC`` pays the import of torch, Dynamo and
+inductor (seconds) on every run. ``Warm`` keeps one ``gbfix.child.server``
+that imported them once and forks a child per run; it falls back to fresh
+interpreters, and says why, where forking is unsound or unavailable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Protocol
+
+
+class Timeout(Exception):
+    pass
+
+
+class Launched(Protocol):
+    """A started child: ``wait`` returns its exit code (raises Timeout), ``kill`` ends it and its group."""
+
+    def wait(self, timeout: float) -> int: ...
+
+    def kill(self) -> None: ...
+
+
+class WorkerLost(Exception):
+    """The warm worker died or answered nonsense; ``str()`` says how."""
+
+
+class _Popen:
+    """A running fresh interpreter."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise Timeout from None
+
+    def kill(self) -> None:
+        _kill_group(self.proc.pid)
+        self.proc.wait()
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:  # not yet its own group leader, or already gone
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+class Fresh:
+    """Each run in a new interpreter: ``python -m gbfix.child SPEC``."""
+
+    notes: tuple[str, ...] = ()
+
+    def __init__(self, cwd: Path, env: dict[str, str]) -> None:
+        self.cwd, self.env = cwd, env
+
+    def start(self, spec: Path, stdout: Path, stderr: Path, extra_env: dict[str, str]) -> _Popen:
+        with open(stdout, "wb") as out, open(stderr, "wb") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "gbfix.child", str(spec)],
+                cwd=self.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env={**self.env, **extra_env},
+                start_new_session=True,  # so a timeout can kill the whole process group
+            )
+        return _Popen(proc)
+
+    def close(self) -> None:
+        pass
+
+
+class _Forked:
+    """A run forked by the warm worker; the worker reports its exit code."""
+
+    def __init__(self, worker: Warm, pid: int) -> None:
+        self.worker, self.pid = worker, pid
+
+    def wait(self, timeout: float) -> int:
+        return self.worker.exit_code(self.pid, time.monotonic() + timeout)
+
+    def kill(self) -> None:
+        _kill_group(self.pid)
+        try:
+            self.worker.exit_code(self.pid, time.monotonic() + 30)  # the worker reaps it and reports
+        except (Timeout, WorkerLost):
+            self.worker.close()
+
+
+class Warm:
+    """Runs forked from one ``gbfix.child.server`` that imported torch once.
+
+    The server starts with the first run (its imports overlap nothing: that run
+    would have paid them too). When it refuses to fork or dies, this and later
+    runs start fresh interpreters, and ``notes`` says so.
+    """
+
+    def __init__(self, cwd: Path, env: dict[str, str], log: Path, startup_timeout: float) -> None:
+        self.fresh = Fresh(cwd, env)
+        self.log, self.startup_timeout = log, startup_timeout
+        self.proc: subprocess.Popen | None = None
+        self.buffer = b""
+        self.exited: dict[int, int] = {}  # pid -> exit code, reported and not yet collected
+        self.failed: str | None = None if hasattr(os, "fork") else "this platform cannot fork"
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        if self.failed is None:
+            return ()
+        return (f"each run started a fresh interpreter (slower): {self.failed}",)
+
+    def start(self, spec: Path, stdout: Path, stderr: Path, extra_env: dict[str, str]):
+        if self.failed is None:
+            try:
+                return self._fork(spec, stdout, stderr, extra_env)
+            except (WorkerLost, Timeout, OSError) as e:
+                self.failed = str(e) or type(e).__name__
+                self.close()
+        return self.fresh.start(spec, stdout, stderr, extra_env)
+
+    def _fork(self, spec: Path, stdout: Path, stderr: Path, extra_env: dict[str, str]) -> _Forked:
+        if self.proc is None:
+            with open(self.log, "wb") as log:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "gbfix.child.server"],
+                    cwd=self.fresh.cwd,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=log,
+                    env=self.fresh.env,
+                    start_new_session=True,  # Ctrl-C in the terminal reaches gbfix, which stops it
+                )
+        request = {"spec": str(spec), "stdout": str(stdout), "stderr": str(stderr), "cwd": str(self.fresh.cwd), "env": extra_env}
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            raise WorkerLost(self._death()) from None
+        deadline = time.monotonic() + self.startup_timeout
+        while True:  # reports of other runs ending may come first
+            reply = self.receive(deadline)
+            if "refused" in reply:
+                raise WorkerLost(str(reply["refused"]))
+            if "pid" in reply and "rc" not in reply:
+                return _Forked(self, int(reply["pid"]))
+
+    def exit_code(self, pid: int, deadline: float) -> int:
+        while pid not in self.exited:
+            self.receive(deadline)
+        return self.exited.pop(pid)
+
+    def receive(self, deadline: float) -> dict:
+        """The worker's next reply line; an exit report is also kept in ``exited``."""
+        assert self.proc is not None and self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise Timeout
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise WorkerLost(self._death())
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        try:
+            reply = json.loads(line)
+            if "rc" in reply:
+                self.exited[int(reply["pid"])] = int(reply["rc"])
+        except (ValueError, KeyError, TypeError):
+            raise WorkerLost(f"the warm worker answered {line[:80]!r}") from None
+        return reply
+
+    def _death(self) -> str:
+        assert self.proc is not None
+        try:
+            rc = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            rc = None
+        lines = [ln for ln in self.log.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+        return f"the warm worker exited (code {rc})" + (f": {lines[-1].strip()}" if lines else "")
+
+    def close(self) -> None:
+        """Stop the worker (it ends when its input closes); a stuck one is killed."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        try:
+            if proc.stdin:
+                proc.stdin.close()
+            proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            _kill_group(proc.pid)
+            proc.wait()
+        finally:
+            if proc.stdout:
+                proc.stdout.close()

@@ -1,0 +1,124 @@
+"""Runs forked from the warm worker behave as runs in fresh interpreters (real torch runs)."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+import time
+
+import pytest
+
+from gbfix.detect import Prober, RunFailed
+from gbfix.entry import parse
+
+SCRIPT = textwrap.dedent(
+    """
+    import os
+    import sys
+    import time
+    import warnings
+
+    import torch
+
+
+    @torch.compile(backend="eager")
+    def f(x):
+        print("inside", x.shape[0])  # GB0059: a break with a printed line
+        return x.sin() + 1
+
+
+    if __name__ == "__main__":
+        torch.manual_seed(0)
+        print(f(torch.randn(3)).sum().item())
+        warnings.warn("done")
+        if os.path.exists("HANG"):
+            time.sleep(600)
+        if "exit" in sys.argv:
+            sys.exit(3)
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("launch")
+    (root / "ex.py").write_text(SCRIPT)
+    return root
+
+
+@pytest.fixture(scope="module")
+def warm(root):
+    prober = Prober(parse("python ex.py", root), root / "warm", timeout=60, warm=True)
+    yield prober
+    prober.close()
+
+
+@pytest.fixture(scope="module")
+def forked_and_fresh(root, warm):
+    fresh = Prober(parse("python ex.py", root), root / "fresh").run()
+    return warm.run(), fresh
+
+
+def test_a_forked_run_records_what_a_fresh_one_does(forked_and_fresh, warm):
+    forked, fresh = forked_and_fresh
+    assert not warm.notes  # it really forked
+    assert [(b.root.code, b.leaf.line) for b in forked.breaks] == [(b.root.code, b.leaf.line) for b in fresh.breaks]
+    assert forked.breaks and forked.breaks[0].root.code == "GB0059"
+    assert forked.stdout == fresh.stdout and "inside 3" in forked.stdout
+    assert forked.warnings == fresh.warnings and forked.warnings
+    assert forked.capabilities == fresh.capabilities
+
+
+def test_dynamo_can_be_off_in_a_forked_run(forked_and_fresh, warm):
+    off = warm.run(backend="none", baseline=forked_and_fresh[0].outputs_path)
+    assert off.breaks == () and "inside 3" in off.stdout
+
+
+def test_a_hanging_forked_run_is_killed_with_its_group_and_the_worker_goes_on(tmp_path):
+    (tmp_path / "ex.py").write_text(SCRIPT)
+    prober = Prober(parse("python ex.py", tmp_path), tmp_path / "work", timeout=8, warm=True)
+    try:
+        prober.run(backend="none")  # starts the worker
+        (tmp_path / "HANG").touch()
+        started = time.monotonic()
+        with pytest.raises(RunFailed, match="timed out after 8 s"):
+            prober.run(backend="none")
+        assert time.monotonic() - started < 30
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+        holding = [p for p in pids if _holds_files_in(p, str(tmp_path / "work"))]
+        assert holding == [prober.launcher.proc.pid]  # the worker (its log) is left, not the run
+        (tmp_path / "HANG").unlink()
+        assert "inside 3" in prober.run(backend="none").stdout
+        assert not prober.notes
+    finally:
+        prober.close()
+
+
+def _holds_files_in(pid: int, text: str) -> bool:
+    """Whether the process has a file under ``text`` (the prober's work folder) open."""
+    try:
+        return any(text in os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return False
+
+
+def test_sys_exit_in_a_forked_run_is_a_one_line_failure(root):
+    prober = Prober(parse("python ex.py exit", root), root / "exit", timeout=60, warm=True)
+    try:
+        with pytest.raises(RunFailed, match=r"sys.exit\(3\)"):
+            prober.run()
+    finally:
+        prober.close()
+
+
+def test_a_worker_that_must_not_fork_falls_back_to_fresh_interpreters_and_says_so(root, tmp_path, monkeypatch):
+    # A sitecustomize that starts a thread: forking a threaded process is unsound.
+    (tmp_path / "sitecustomize.py").write_text("import threading, time\nthreading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    prober = Prober(parse("python ex.py", root), root / "threaded", timeout=120, warm=True)
+    try:
+        result = prober.run(backend="none")
+        assert "inside 3" in result.stdout
+        assert prober.notes and "other thread" in prober.notes[0] and "fresh interpreter" in prober.notes[0]
+    finally:
+        prober.close()
