@@ -72,6 +72,15 @@ def _graphs() -> int | None:
         return None
 
 
+def _one_line(e: BaseException) -> str:
+    """``Type: message`` on one line; a first line that ends in a colon (``backend='x'
+    raised:``) is joined to the next, which says what happened."""
+    lines = [ln.strip() for ln in f"{type(e).__name__}: {e}".splitlines() if ln.strip()]
+    if len(lines) > 1 and lines[0].endswith(":"):
+        return f"{lines[0]} {lines[1]}"
+    return lines[0] if str(e) else type(e).__name__
+
+
 def main(spec_path: str) -> int:
     started = time.perf_counter()
     with open(spec_path, encoding="utf-8") as f:
@@ -107,7 +116,7 @@ def main(spec_path: str) -> int:
         error = str(e)
     except BaseException as e:  # noqa: BLE001 - the user's program may raise anything
         traceback.print_exc()
-        error = f"{type(e).__name__}: {e}".splitlines()[0] if str(e) else type(e).__name__
+        error = _one_line(e)
     finally:
         sys.settrace(None)
         sys.stdout.flush()
