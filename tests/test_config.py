@@ -212,7 +212,7 @@ def test_apply_with_config_from_a_subfolder(applied):
 def test_backend_inductor_runs_the_final_check(applied):
     proc, _, _ = applied
     # run.py compiles with backend="eager": without --backend inductor there is no own-backend run
-    assert "own-backend run with 1 edit(s)" in proc.stderr
+    assert "own-backend run with every accepted edit (1)" in proc.stderr
 
 
 def test_github_annotations_are_relative_to_the_workspace(applied):

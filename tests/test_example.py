@@ -58,3 +58,12 @@ def test_apply_leaves_zero_breaks_on_inductor(example):
 
 def test_apply_keeps_program_output_byte_identical(example):
     assert example["after"].stdout == example["before"]
+
+
+def test_one_own_backend_run_checks_every_accepted_edit(example):
+    # The own-backend check is deferred to the end: one run covers the edits
+    # of every round, instead of one (inductor) run per round.
+    lines = example["applied"].stderr.splitlines()
+    own = [ln for ln in lines if "] own-backend run" in ln]
+    assert len(own) == 1 and "every accepted edit" in own[0], lines
+    assert not any("round by round" in ln for ln in lines), lines

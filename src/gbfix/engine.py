@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gbfix import edits as edit_ops
 from gbfix import escape, fullgraph, recipes, sources
-from gbfix.detect import Prober, RunFailed
+from gbfix.detect import Pending, Prober, RunFailed
 from gbfix.errors import EntryError
 from gbfix.entry import Entry
 from gbfix.linemap import LineMap
@@ -114,7 +114,13 @@ class _Session:
         self.noise: Noise | None = None  # run-to-run differences of the original, once measured
         self.own_reference: RunResult | None = None  # the original on its own backend, if needed
         self.uncompiled: RunResult | None = None  # the original with Dynamo off, if needed
+        self.uncompiled_run: Pending | None = None  # that run, once started
         self.last_own: RunResult | None = None  # latest passing own-backend run of the edits
+        # While not None, rounds skip their own-backend check and leave a checkpoint here
+        # for ``check_deferred``; None: each round checks its own edits.
+        self.deferred: list[_Checkpoint] | None = None
+        # The own-backend run started alongside the latest trial, and what it runs.
+        self.speculative: tuple[dict[Path, bytes], Pending] | None = None
         # Calls of user functions seen in uncompiled runs: (path, first line, generation) -> calls
         self.observed: dict[tuple[Path, int, int], tuple[ObservedCall, ...]] = {}
 
@@ -163,6 +169,8 @@ class _Session:
 
     def trial(self, edits: list[Edit], locator: Locator) -> tuple[RunResult | None, str | None, list[TrialBreak]]:
         overlay, maps = self._overlay(edits, locator)
+        if self.deferred is not None:
+            self.speculate(overlay)
         self.progress(f"trial run with {len(edits)} edit(s)")
         try:
             result = self.prober.run(overlay=overlay, baseline=self.baseline.outputs_path)
@@ -174,18 +182,35 @@ class _Session:
         overlay, _ = self._overlay(edits, locator)
         return self.own_run(overlay, _tolerated(edits), f"{len(edits)} edit(s)")
 
-    def own_run(self, overlay: dict[Path, bytes], tolerate: frozenset[str], what: str) -> tuple[RunResult | None, str]:
+    def speculate(self, overlay: dict[Path, bytes]) -> None:
+        """Start the own-backend check of ``overlay`` alongside its trial, on another core:
+        when the trial's edits turn out to be all that is accepted, it is the final check."""
+        if self.speculative is not None:
+            if self.speculative[0] == overlay:
+                return
+            self.speculative[1].cancel()
+        pending = self.prober.start(overlay=overlay, baseline=self.baseline.outputs_path, backend=self.opts.final_backend)
+        self.speculative = (overlay, pending)
+
+    def own_run(
+        self, overlay: dict[Path, bytes], tolerate: frozenset[str], what: str, started: Pending | None = None
+    ) -> tuple[RunResult | None, str]:
         """A run on the program's own backend (e.g. inductor, which rejects code eager accepts).
 
         It is compared to the eager baseline first; if that differs (inductor's
         rounding can show in printed numbers), the original program is run once
         on its own backend and that run is the reference from then on.
+        ``started``: the run, already started against the eager baseline.
         """
         while True:
             expected = self.own_reference or self.baseline
-            self.progress(f"own-backend run with {what}")
+            if started is None:
+                self.progress(f"own-backend run with {what}")
+                started = self.prober.start(overlay=overlay, baseline=expected.outputs_path, backend=self.opts.final_backend)
+            else:
+                self.progress(f"own-backend run with {what}: started alongside the trial")
             try:
-                result = self.prober.run(overlay=overlay, baseline=expected.outputs_path, backend=self.opts.final_backend)
+                result, started = started.result(), None
             except RunFailed as e:
                 return None, f"the edited program fails on its own backend: {e}"
             diff = behaviour_diff(expected, result, tolerate, self.noise or Noise())
@@ -199,9 +224,12 @@ class _Session:
             except RunFailed as e:
                 raise EntryError(f"the entry `{self.entry.text}` fails on its own backend: {e}") from None
 
-    def own_settle(self, group: list[Edit], kept: list[Edit], locator: Locator) -> RunResult | None:
-        """Keep the part of ``group`` that also works on the own backend (halving on failure)."""
-        result, why = self.own_trial(kept + group, locator)
+    def own_settle(self, group: list[Edit], kept: list[Edit], locator: Locator, failed: str = "") -> RunResult | None:
+        """Keep the part of ``group`` that also works on the own backend (halving on failure).
+
+        ``failed``: why ``kept + group`` is already known to fail (its run is not repeated).
+        """
+        result, why = (None, failed) if failed else self.own_trial(kept + group, locator)
         if result is not None:
             kept.extend(group)
             return result
@@ -212,6 +240,11 @@ class _Session:
         mid = len(group) // 2
         first = self.own_settle(group[:mid], kept, locator)
         return self.own_settle(group[mid:], kept, locator) or first
+
+    def cancel_speculation(self, keep: Pending | None = None) -> None:
+        if self.speculative is not None and self.speculative[1] is not keep:
+            self.speculative[1].cancel()
+        self.speculative = None
 
     # --- proposing ----------------------------------------------------------
     def _context(self, site: Site, locator: Locator, caps: frozenset[str]) -> recipes.SiteContext:
@@ -314,9 +347,12 @@ class _Session:
         """Behaviour change against the baseline, ignoring what varies between runs of the original."""
         diff = behaviour_diff(self.baseline, result, tolerate, self.noise or Noise())
         if diff is not None and self.noise is None:
-            self.progress("the trial differs: running the original again to tell changes from run-to-run noise")
+            self.progress("the trial differs: running the original again, to tell changes from run-to-run noise")
+            pending = self.prober.start(baseline=self.baseline.outputs_path)
+            if not result.output_mismatch or "compile-boundary" in tolerate:
+                self.start_uncompiled()  # likely needed next: side by side
             try:
-                again = self.prober.run(baseline=self.baseline.outputs_path)
+                again = pending.result()
             except RunFailed as e:
                 raise EntryError(f"the entry `{self.entry.text}` failed when run again: {e}") from None
             self.noise = Noise.between(self.baseline, again)
@@ -337,9 +373,8 @@ class _Session:
         if result.output_mismatch and "compile-boundary" not in tolerate:
             return False
         if self.uncompiled is None:
-            self.progress("the run differs: running the original without compile for reference")
             try:
-                self.uncompiled = self.prober.run(baseline=self.baseline.outputs_path, backend="none")
+                self.uncompiled = self.start_uncompiled().result()
             except RunFailed as e:
                 raise EntryError(f"the entry `{self.entry.text}` failed without compile: {e}") from None
         if behaviour_diff(self.uncompiled, result, tolerate, self.noise or Noise()) is not None:
@@ -348,6 +383,13 @@ class _Session:
         if note not in self.notes:
             self.notes.append(note)
         return True
+
+    def start_uncompiled(self) -> Pending:
+        """The run of the original without compile (once per session)."""
+        if self.uncompiled_run is None:
+            self.progress("running the original without compile, for reference")
+            self.uncompiled_run = self.prober.start(baseline=self.baseline.outputs_path, backend="none")
+        return self.uncompiled_run
 
     def _halves(self, group: list[Edit], accepted: list[Edit], rnd: _Round) -> RunResult | None:
         mid = len(group) // 2
@@ -359,7 +401,19 @@ class _Session:
         self.rejected.setdefault(self.where[edit.id], set()).add(edit.recipe)
 
     # --- rounds -------------------------------------------------------------
-    def round(self, run: RunResult, caps: frozenset[str]) -> RunResult | None:
+    def rounds(self, run: RunResult, caps: frozenset[str], first: int) -> RunResult:
+        """Rounds ``first``.. until no break is left, nothing is accepted or the rounds run out; the last run."""
+        for n in range(first, self.opts.max_rounds):
+            if not run.breaks:
+                break
+            self.progress(f"round {n + 1}: {len(run.breaks)} break(s)")
+            ended = self.round(run, caps, n)
+            if ended is None:
+                break
+            run = ended
+        return run
+
+    def round(self, run: RunResult, caps: frozenset[str], number: int) -> RunResult | None:
         """One round on the current generation; the run it ends with, or None if nothing was accepted."""
         rnd = _Round(Locator(self.current), self.targets)
         for brk in run.breaks:
@@ -417,7 +471,7 @@ class _Session:
                     queue.pop(key)
                     if ident not in done:
                         self.hopeless[self.original_key(eds[0].site)] = self._generation(eds[0].path)
-        if accepted and self.check_own_backend:
+        if accepted and self.check_own_backend and self.deferred is None:
             kept: list[Edit] = []
             own = self.own_settle(accepted, kept, rnd.locator)
             if own is not None:
@@ -426,8 +480,50 @@ class _Session:
                 accepted, last = kept, own
         if not accepted:
             return None
+        if self.deferred is not None:
+            self.deferred.append(_Checkpoint(
+                number, run, accepted, rnd.locator, dict(self.current), dict(self.to_original),
+                len(self.outcomes), {k: set(v) for k, v in self.rejected.items()}, dict(self.hopeless),
+            ))
         self._commit(accepted, rnd.locator)
         return last
+
+    def check_deferred(self, run: RunResult, caps: frozenset[str]) -> RunResult:
+        """The own-backend check of all rounds' edits in one run; ``run`` is the last round's.
+
+        When it fails, the rounds are checked one by one from the first; the first
+        round that loses an edit is kept without it, and the rounds after it, built
+        on the lost edit, are done again with a check each.
+        """
+        checkpoints, self.deferred = self.deferred or [], None
+        if not checkpoints:
+            self.cancel_speculation()
+            return run
+        overlay = {p: s.data for p, s in self.current.items() if s.data != self.originals[p].data}
+        applied = [o.edit for o in self.outcomes if o.status == "applied"]
+        started = self.speculative[1] if self.speculative and self.speculative[0] == overlay else None
+        self.cancel_speculation(keep=started)
+        own, why = self.own_run(overlay, _tolerated(applied), f"every accepted edit ({len(applied)})", started)
+        if own is not None:
+            self.last_own = own
+            return run
+        self.progress(f"checking the edits round by round: {why}")
+        for n, cp in enumerate(checkpoints, 1):
+            self.current, self.to_original = dict(cp.current), dict(cp.to_original)
+            self.outcomes = self.outcomes[: cp.outcomes]
+            self.rejected = {k: set(v) for k, v in cp.rejected.items()}
+            self.hopeless = dict(cp.hopeless)
+            self.applied.clear()
+            kept: list[Edit] = []
+            # the last round's edits on top of all earlier ones: the run that failed
+            own = self.own_settle(cp.accepted, kept, cp.locator, why if n == len(checkpoints) else "")
+            if own is not None:
+                self.last_own = own
+            if kept:
+                self._commit(kept, cp.locator)
+            if len(kept) < len(cp.accepted):
+                return self.rounds(own or cp.started, caps, cp.number + 1)
+        return run
 
     def _commit(self, accepted: list[Edit], locator: Locator) -> None:
         """Make the accepted edits the next generation of the files."""
@@ -454,15 +550,9 @@ class _Session:
             # leaf_function does not lower in inductor (torch 2.13: InductorError
             # in get_attr); offering it there only costs failed own-backend runs.
             caps = caps - {"leaf_function"}
-        run = self.baseline
-        for n in range(self.opts.max_rounds):
-            if not run.breaks:
-                break
-            self.progress(f"round {n + 1}: {len(run.breaks)} break(s)")
-            ended = self.round(run, caps)
-            if ended is None:
-                break
-            run = ended
+        # Optimistic: one own-backend run checks the edits of all rounds at the end.
+        self.deferred = [] if self.check_own_backend else None
+        run = self.check_deferred(self.rounds(self.baseline, caps, 0), caps)
         if self.last_own is not None:
             run = self.last_own  # what is left, counted on the program's own backend
         proven = self.prove_fullgraph(run) if self.opts.fullgraph else None
@@ -541,6 +631,22 @@ class _Session:
                     detail += f"; by hand: {escape.hatch(finding.brk.root)}"
             out.append(replace(finding, status=status, detail=detail))
         return sorted(out, key=lambda f: (str(f.path or ""), f.line, f.col or 0))
+
+
+@dataclass(frozen=True)
+class _Checkpoint:
+    """A round whose own-backend check was deferred: its edits, and the session's state
+    before it committed them (to go back to when they fail on the own backend)."""
+
+    number: int
+    started: RunResult  # the run the round started from
+    accepted: list[Edit]
+    locator: Locator  # the generation the edits were computed on
+    current: dict[Path, SourceFile]
+    to_original: dict[Path, LineMap]
+    outcomes: int  # how many outcomes there were at the round's end
+    rejected: dict[tuple, set[str]]
+    hopeless: dict[tuple, int]
 
 
 @dataclass
