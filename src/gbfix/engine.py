@@ -114,7 +114,6 @@ class _Session:
         self.noise: Noise | None = None  # run-to-run differences of the original, once measured
         self.own_reference: RunResult | None = None  # the original on its own backend, if needed
         self.uncompiled: RunResult | None = None  # the original with Dynamo off, if needed
-        self.uncompiled_run: Pending | None = None  # that run, once started
         self.last_own: RunResult | None = None  # latest passing own-backend run of the edits
         # While not None, rounds skip their own-backend check and leave a checkpoint here
         # for ``check_deferred``; None: each round checks its own edits.
@@ -347,10 +346,12 @@ class _Session:
         """Behaviour change against the baseline, ignoring what varies between runs of the original."""
         diff = behaviour_diff(self.baseline, result, tolerate, self.noise or Noise())
         if diff is not None and self.noise is None:
+            # An exact match with the uncompiled original needs no noise measurement:
+            # that run (cheap, no compile) comes first, the original again only if it does not.
+            if self.matches_uncompiled(result, tolerate):
+                return None
             self.progress("the trial differs: running the original again, to tell changes from run-to-run noise")
             pending = self.prober.start(baseline=self.baseline.outputs_path)
-            if not result.output_mismatch or "compile-boundary" in tolerate:
-                self.start_uncompiled()  # likely needed next: side by side
             try:
                 again = pending.result()
             except RunFailed as e:
@@ -374,7 +375,8 @@ class _Session:
             return False
         if self.uncompiled is None:
             try:
-                self.uncompiled = self.start_uncompiled().result()
+                self.progress("the run differs: running the original without compile, for reference")
+                self.uncompiled = self.prober.run(baseline=self.baseline.outputs_path, backend="none")
             except RunFailed as e:
                 raise EntryError(f"the entry `{self.entry.text}` failed without compile: {e}") from None
         if behaviour_diff(self.uncompiled, result, tolerate, self.noise or Noise()) is not None:
@@ -383,13 +385,6 @@ class _Session:
         if note not in self.notes:
             self.notes.append(note)
         return True
-
-    def start_uncompiled(self) -> Pending:
-        """The run of the original without compile (once per session)."""
-        if self.uncompiled_run is None:
-            self.progress("running the original without compile, for reference")
-            self.uncompiled_run = self.prober.start(baseline=self.baseline.outputs_path, backend="none")
-        return self.uncompiled_run
 
     def _halves(self, group: list[Edit], accepted: list[Edit], rnd: _Round) -> RunResult | None:
         mid = len(group) // 2
