@@ -142,10 +142,15 @@ def _flags(entry, timeout, unsafe_fixes, fullgraph, backend, select, ignore) -> 
 @_settings_options
 @OUTPUT_FORMAT
 @HTML_OPTION
+@click.option(
+    "--no-cache", is_flag=True, envvar="GBFIX_NO_CACHE",
+    help="Run the program even if it and the files it loads are unchanged since an earlier run (env GBFIX_NO_CACHE=1).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 def fix(
     paths: tuple[Path, ...], mode: str, entry: str | None, timeout: float | None, unsafe_fixes: bool | None, fullgraph: bool | None,
-    backend: str | None, select: tuple[str, ...] | None, ignore: tuple[str, ...] | None, fmt: str, html_file: Path | None, quiet: bool,
+    backend: str | None, select: tuple[str, ...] | None, ignore: tuple[str, ...] | None, fmt: str, html_file: Path | None,
+    no_cache: bool, quiet: bool,
 ) -> None:
     """Run the entry, find its graph breaks in PATHS, and fix them with verified edits (the default command).
 
@@ -171,7 +176,7 @@ def fix(
         selection=Filter(settings["select"], settings["ignore"]),
         backend=settings["backend"],
     )
-    result, suppressed = report.filtered(engine.fix(targets, the_entry, opts, _progress(quiet)), opts.selection)
+    result, suppressed = report.filtered(engine.fix(targets, the_entry, opts, _progress(quiet), cache=not no_cache), opts.selection)
     applied = mode == "apply"
     if fmt == "text":
         for finding in result.findings:

@@ -176,4 +176,5 @@ class Pending:
                 (o["file"], o["line"]): tuple(ObservedCall.from_json(c) for c in o["calls"]) for o in data["observed"]
             },
             graphs=data.get("graphs"),
+            sources=tuple(data["sources"]),
         )

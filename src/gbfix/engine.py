@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gbfix import edits as edit_ops
-from gbfix import escape, fullgraph, recipes, sources
+from gbfix import escape, fullgraph, recipes, result_cache, sources
 from gbfix.detect import Pending, Prober, RunFailed
 from gbfix.errors import EntryError
 from gbfix.entry import Entry
@@ -696,15 +696,27 @@ def _tolerated(edits: list[Edit]) -> frozenset[str]:
     return frozenset().union(*(recipes.named(e.recipe).tolerates for e in edits))
 
 
-def fix(paths: list[Path], entry: Entry, opts: Options = Options(), progress: Callable[[str], None] = lambda _: None) -> Result:
-    """Find the breaks the entry hits in the target paths and compute verified edits."""
+def fix(
+    paths: list[Path], entry: Entry, opts: Options = Options(), progress: Callable[[str], None] = lambda _: None, cache: bool = False
+) -> Result:
+    """Find the breaks the entry hits in the target paths and compute verified edits.
+
+    ``cache``: reuse the result of an earlier run on the same code, and file this one.
+    """
     targets = sources.collect(paths)
+    key = result_cache.key(entry, opts, targets) if cache else None
+    if key is not None and (reused := result_cache.load(key)) is not None:
+        progress("unchanged since an earlier run: reusing its verified result")
+        return reused
     with tempfile.TemporaryDirectory(prefix="gbfix-") as workdir:
         session = _Session(entry, targets, opts, Path(workdir), progress)
         try:
-            return session.run()
+            result = session.run()
         finally:
             session.prober.close()
+    if key is not None:
+        result_cache.store(key, result)
+    return result
 
 
 def write(result: Result) -> list[Path]:

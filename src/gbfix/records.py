@@ -163,6 +163,8 @@ class RunResult:
     # Graphs Dynamo handed to a backend (its counters["stats"]["unique_graphs"]; recompiles
     # included); None when the torch has no such counter
     graphs: int | None = None
+    # The user's Python files the run loaded (absolute): what the run's outcome depends on
+    sources: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

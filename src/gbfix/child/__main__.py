@@ -72,6 +72,32 @@ def _graphs() -> int | None:
         return None
 
 
+def _sources(entry: dict) -> list[str]:
+    """The user's Python files this run loaded (what a cached result depends on): the
+    entry's file and the files of imported modules outside the interpreter's library
+    and the installed packages."""
+    import importlib.util
+    import site
+    import sysconfig
+
+    import gbfix
+
+    paths = sysconfig.get_paths()
+    installed = {*(paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")), *site.getsitepackages(), site.getusersitepackages()}
+    skip = tuple(os.path.join(os.path.realpath(p), "") for p in installed | {os.path.dirname(gbfix.__file__)})
+    files = {getattr(m, "__file__", None) for m in list(sys.modules.values())}
+    if entry["kind"] == "script":
+        files.add(os.path.abspath(entry["target"]))
+    elif entry["kind"] == "module":
+        try:
+            files.add(importlib.util.find_spec(entry["target"]).origin)  # run as __main__: not in sys.modules
+        except (ImportError, AttributeError, ValueError):
+            pass
+    # (torch.ops and torch.classes have a bare "_ops.py" as __file__)
+    real = {os.path.realpath(f) for f in files if isinstance(f, str) and f.endswith(".py") and os.path.isabs(f)}
+    return sorted(f for f in real if not f.startswith(skip))
+
+
 def _one_line(e: BaseException) -> str:
     """``Type: message`` on one line; a first line that ends in a colon (``backend='x'
     raised:``) is joined to the next, which says what happened."""
@@ -139,6 +165,7 @@ def main(spec_path: str) -> int:
         "capabilities": _capabilities(),
         "observed": observer.results(),
         "graphs": _graphs(),
+        "sources": _sources(spec["entry"]),
         "seconds": time.perf_counter() - started,
     }
     tmp = spec["result"] + ".tmp"

@@ -1,0 +1,135 @@
+"""Reuse the verified result of an earlier run on the same code (`gbfix --dry-run`, then `--apply`).
+
+A result is filed under a key made of what decides it: gbfix's own code, the
+interpreter, torch's version, the installed packages (the modification times of
+their folders), the entry, the options, the environment variables that steer torch
+and Python, and the bytes of the target files. It is kept with the hashes of the
+other user files the program loaded (its script, modules outside the targets) and
+reused only while those are unchanged. Data files the program reads are not part
+of the key: `--no-cache` runs the program again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import importlib.metadata
+import json
+import os
+import pickle
+import site
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gbfix.engine import Options, Result
+    from gbfix.entry import Entry
+    from gbfix.sources import SourceFile
+
+FORMAT = 1  # bump when what a cached result holds changes shape
+KEEP = 64  # results kept; the least recently used go first
+_ENV_PREFIXES = ("TORCH", "PYTORCH", "CUDA", "OMP_", "MKL_", "PYTHON", "LD_")
+REUSED = "the program and the files it loads are unchanged since an earlier run: its verified result is reused (--no-cache runs it again)"
+
+
+def directory() -> Path:
+    """``$GBFIX_CACHE_DIR``, else ``$XDG_CACHE_HOME/gbfix``, else ``~/.cache/gbfix``."""
+    if os.environ.get("GBFIX_CACHE_DIR"):
+        return Path(os.environ["GBFIX_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gbfix"
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@functools.cache
+def _gbfix_code() -> str:
+    """gbfix's own code: a changed recipe or verifier must not reuse old results."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _installed() -> list[tuple[str, int]]:
+    """The package folders and when they last changed (installing or removing a package does)."""
+    paths = sysconfig.get_paths()
+    folders = {paths["purelib"], paths["platlib"], *site.getsitepackages(), site.getusersitepackages()}
+    out = []
+    for folder in sorted(folders):
+        try:
+            out.append((folder, os.stat(folder).st_mtime_ns))
+        except OSError:
+            pass
+    return out
+
+
+def _torch_version() -> str:
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+def key(entry: Entry, opts: Options, targets: dict[Path, SourceFile]) -> str:
+    """The key of the result of running ``entry`` with ``opts`` on ``targets`` as they are now."""
+    fixed = [
+        FORMAT, _gbfix_code(), sys.version, sys.executable, _torch_version(), _installed(),
+        entry.kind, entry.target, list(entry.args), str(entry.cwd), repr(opts),
+        sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)),
+        sorted((str(p), _digest(s.data)) for p, s in targets.items()),
+    ]
+    return _digest(json.dumps(fixed).encode())
+
+
+def _file_digest(path: str) -> str | None:
+    try:
+        return _digest(Path(path).read_bytes())
+    except OSError:
+        return None
+
+
+def load(key: str) -> Result | None:
+    """The result filed under ``key`` if the other files it depends on are unchanged."""
+    path = directory() / f"{key}.pickle"
+    try:
+        record = pickle.loads(path.read_bytes())
+        if record["format"] != FORMAT or any(_file_digest(f) != d for f, d in record["files"].items()):
+            return None
+        os.utime(path)  # recently used
+        result = record["result"]
+    except Exception:  # noqa: BLE001 - missing, unreadable or from another gbfix: run again
+        return None
+    return dataclasses.replace(result, runs=0, seconds=0.0, notes=(*result.notes, REUSED))
+
+
+def store(key: str, result: Result) -> None:
+    """File ``result`` under ``key``, with the hashes of the non-target files its runs loaded.
+
+    Best effort: a cache that cannot be written costs the next run its speed, nothing else.
+    """
+    loaded = set(result.baseline.sources) | set(result.final.sources if result.final else ())
+    files = {f: _file_digest(f) for f in sorted(loaded - {str(p) for p in result.originals})}
+    if None in files.values():
+        return  # a file the program loaded is gone already: nothing to check a later run against
+    folder = directory()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".", suffix=".tmp")
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump({"format": FORMAT, "files": files, "result": result}, f)
+        os.replace(tmp, folder / f"{key}.pickle")
+        kept = sorted(folder.glob("*.pickle"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in kept[KEEP:]:
+            old.unlink(missing_ok=True)
+    except Exception:  # noqa: BLE001 - a full disk, or a result that does not pickle
+        Path(tmp).unlink(missing_ok=True)

@@ -1,0 +1,67 @@
+"""The result cache: an unchanged program costs no run, any change to what it loads does."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from tests.conftest import FIXTURES, run_gbfix
+
+ENTRY = ("--entry", "python run.py", "pkg")
+RAN = "] baseline run of"
+REUSED = "reusing its verified result"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cached") / "simple"
+    shutil.copytree(FIXTURES / "simple", root)
+    cache = tmp_path_factory.mktemp("cache")
+    env = {k: v for k, v in os.environ.items() if k != "GBFIX_NO_CACHE"} | {"GBFIX_CACHE_DIR": str(cache)}
+
+    def gbfix(*args):
+        return run_gbfix(*args, *ENTRY, cwd=root, env=env)
+
+    blocks = root / "pkg" / "blocks.py"
+    original = blocks.read_bytes()
+    out = {"fresh": gbfix("--dry-run"), "again": gbfix("--dry-run"), "apply": gbfix("--apply")}
+    out["applied"] = blocks.read_bytes()
+    blocks.write_bytes(original)  # back to the code the cached result is for...
+    with open(root / "run.py", "a", encoding="utf-8") as f:
+        f.write("# changed\n")  # ...but a file outside the targets that the program runs changed
+    out["script_changed"] = gbfix("--dry-run")
+    out["no_cache"] = gbfix("--dry-run", "--no-cache")
+    for entry in cache.glob("*.pickle"):
+        entry.write_bytes(b"not a pickle")
+    out["corrupt"] = gbfix("--dry-run")
+    out["original"] = original
+    return out
+
+
+def test_unchanged_code_reuses_the_verified_result_without_running(runs):
+    fresh, again = runs["fresh"], runs["again"]
+    assert fresh.returncode == again.returncode == 1, fresh.stderr + again.stderr
+    assert RAN in fresh.stderr and REUSED not in fresh.stderr
+    assert RAN not in again.stderr and REUSED in again.stderr, again.stderr
+    assert again.stdout == fresh.stdout and "+++ b/pkg/blocks.py" in again.stdout
+    assert "note: the program and the files it loads are unchanged" in again.stderr
+
+
+def test_apply_after_dry_run_writes_the_reused_edits(runs):
+    applied = runs["apply"]
+    assert applied.returncode == 0, applied.stderr
+    assert REUSED in applied.stderr and "wrote pkg/blocks.py" in applied.stderr
+    assert runs["applied"] != runs["original"]
+    for line in runs["fresh"].stdout.splitlines():  # what the dry run showed is what was written
+        if line.startswith("+") and not line.startswith("+++"):
+            assert line[1:].encode() in runs["applied"]
+
+
+@pytest.mark.parametrize("case", ["script_changed", "no_cache", "corrupt"])
+def test_a_changed_loaded_file_no_cache_or_a_broken_cache_runs_again(runs, case):
+    proc = runs[case]
+    assert proc.returncode == 1, proc.stderr
+    assert RAN in proc.stderr and REUSED not in proc.stderr, proc.stderr
+    assert proc.stdout == runs["fresh"].stdout
