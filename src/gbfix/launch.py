@@ -48,11 +48,12 @@ class _Popen:
             raise Timeout from None
 
     def kill(self) -> None:
-        _kill_group(self.proc.pid)
+        kill_group(self.proc.pid)
         self.proc.wait()
 
 
-def _kill_group(pid: int) -> None:
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group led by ``pid``, or ``pid`` alone if it leads none."""
     try:
         os.killpg(pid, signal.SIGKILL)
     except ProcessLookupError:  # not yet its own group leader, or already gone
@@ -97,7 +98,7 @@ class _Forked:
         return self.worker.exit_code(self.pid, time.monotonic() + timeout)
 
     def kill(self) -> None:
-        _kill_group(self.pid)
+        kill_group(self.pid)
         try:
             self.worker.exit_code(self.pid, time.monotonic() + 30)  # the worker reaps it and reports
         except (Timeout, WorkerLost):
@@ -210,7 +211,7 @@ class Warm:
                 proc.stdin.close()
             proc.wait(timeout=10)
         except (OSError, subprocess.TimeoutExpired):
-            _kill_group(proc.pid)
+            kill_group(proc.pid)
             proc.wait()
         finally:
             if proc.stdout:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import signal
 import sys
 import threading
 
@@ -116,10 +115,9 @@ def _reap(running: set[int]) -> list[tuple[int, int]]:
 
 
 def _kill(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        pass
+    from gbfix.launch import kill_group
+
+    kill_group(pid)  # the child's group, or the child alone if it has not made one yet
     os.waitpid(pid, 0)
 
 
