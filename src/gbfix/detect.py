@@ -16,6 +16,8 @@ from gbfix.launch import Fresh, Launched, Timeout, Warm, WorkerLost
 from gbfix.records import Break, LogRecord, ObservedCall, RunResult, WarningRecord
 
 DEFAULT_TIMEOUT = 900.0
+# The files of one run's folder, as the spec names them to the child and Pending reads them back.
+RESULT, OUTPUTS, STDOUT, STDERR = "result.json", "outputs.pt", "stdout", "stderr"
 
 
 class RunFailed(Exception):
@@ -97,15 +99,15 @@ class Prober:
             "backend": backend,
             "fullgraph": fullgraph,
             "overlay": files,
-            "outputs_out": str(rundir / "outputs.pt"),
+            "outputs_out": str(rundir / OUTPUTS),
             "baseline_outputs": str(baseline) if baseline else None,
-            "result": str(rundir / "result.json"),
+            "result": str(rundir / RESULT),
             "seed": 0,
             "observe": [{"file": str(path), "line": line} for path, line in observe],
         }
         spec_path = rundir / "spec.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
-        stdout_path, stderr_path = rundir / "stdout", rundir / "stderr"
+        stdout_path, stderr_path = rundir / STDOUT, rundir / STDERR
         extra = {"TORCHDYNAMO_DISABLE": "1"} if backend == "none" else {}  # eager ground truth
         pending = Pending(self.launcher.start(spec_path, stdout_path, stderr_path, extra), rundir, self.timeout)
         self.started.append(pending)
@@ -153,20 +155,20 @@ class Pending:
         except BaseException:  # Ctrl-C: the run must not outlive gbfix
             self.child.kill()
             raise
-        result_path = self.rundir / "result.json"
+        result_path = self.rundir / RESULT
         if not result_path.is_file():
-            last = _tail(self.rundir / "stderr")
+            last = _tail(self.rundir / STDERR)
             raise RunFailed(f"exit code {rc}" + (f": {last}" if last else ""))
         data = json.loads(result_path.read_text(encoding="utf-8"))
         if data["error"]:
             raise RunFailed(data["error"])
         return RunResult(
             breaks=tuple(Break.from_json(b) for b in data["breaks"]),
-            stdout=(self.rundir / "stdout").read_text(encoding="utf-8", errors="replace"),
+            stdout=(self.rundir / STDOUT).read_text(encoding="utf-8", errors="replace"),
             logs=tuple(LogRecord(**r) for r in data["logs"]),
             warnings=tuple(WarningRecord(**w) for w in data["warnings"]),
             compiled_calls=data["compiled_calls"],
-            outputs_path=self.rundir / "outputs.pt",
+            outputs_path=self.rundir / OUTPUTS,
             output_mismatch=data["output_mismatch"],
             compile_sites=tuple(tuple(s) for s in data["compile_sites"]),
             torch_version=data["torch_version"],

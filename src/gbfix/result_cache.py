@@ -57,12 +57,16 @@ def _gbfix_code() -> str:
     return h.hexdigest()
 
 
+def package_folders() -> set[str]:
+    """Where this interpreter's installed packages live."""
+    paths = sysconfig.get_paths()
+    return {paths["purelib"], paths["platlib"], *site.getsitepackages(), site.getusersitepackages()}
+
+
 def _installed() -> list[tuple[str, int]]:
     """The package folders and when they last changed (installing or removing a package does)."""
-    paths = sysconfig.get_paths()
-    folders = {paths["purelib"], paths["platlib"], *site.getsitepackages(), site.getusersitepackages()}
     out = []
-    for folder in sorted(folders):
+    for folder in sorted(package_folders()):
         try:
             out.append((folder, os.stat(folder).st_mtime_ns))
         except OSError:

@@ -77,13 +77,12 @@ def _sources(entry: dict) -> list[str]:
     entry's file and the files of imported modules outside the interpreter's library
     and the installed packages."""
     import importlib.util
-    import site
     import sysconfig
 
     import gbfix
+    from gbfix.result_cache import package_folders
 
-    paths = sysconfig.get_paths()
-    installed = {*(paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")), *site.getsitepackages(), site.getusersitepackages()}
+    installed = package_folders() | {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]}
     skip = tuple(os.path.join(os.path.realpath(p), "") for p in installed | {os.path.dirname(gbfix.__file__)})
     files = {getattr(m, "__file__", None) for m in list(sys.modules.values())}
     if entry["kind"] == "script":

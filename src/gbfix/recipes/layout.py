@@ -57,5 +57,5 @@ def add_helpers(module: cst.Module, helpers: dict[str, str]) -> cst.Module:
 
 def _statements(code: str) -> list[cst.BaseStatement]:
     stmts = list(cst.parse_module(code).body)
-    stmts[0] = stmts[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+    stmts[0] = blank_lines_before(stmts[0], 2)
     return stmts
