@@ -18,8 +18,6 @@ from gbfix.rules import parse
 from tests.helpers import ALL_CAPABILITIES, rewrite_at
 
 RULES = Path(__file__).resolve().parents[2] / "rules"
-# The op routes need the ORDERED-effect registration the child probes as "effectful_op".
-CAPS = ALL_CAPABILITIES | {"effectful_op"}
 
 
 def _site(source: str, needle: str, nth: int = 0) -> tuple[int, int, int]:
@@ -183,7 +181,7 @@ def test_print_rewrite_prints_the_same_text(stmt):
     assert outputs[0] == outputs[1]
 
 
-# --- logger.<level>(...) -> effectful custom op, or leaf function -------------------
+# --- logger.<level>(...) -> library op, or leaf function ---------------------------
 
 LOG_MODULE = """\
 \"\"\"A model.\"\"\"
@@ -202,7 +200,7 @@ class M(torch.nn.Module):
 
 
 def _log(stmt: str, module: str = LOG_MODULE, recipe=LoggerToOp, **kw) -> str | None:
-    kw.setdefault("capabilities", CAPS)
+    kw.setdefault("capabilities", ALL_CAPABILITIES)
     return _rewrite(module.replace("{stmt}", stmt), recipe, stmt.splitlines()[0], "GB0291", **kw)
 
 
@@ -214,44 +212,51 @@ def _log_call(stmt: str, **kw) -> str | None:
 
 def test_logging_rule_example():
     example = _rule("GB0291", "deprecation warning")
-    assert _rewrite(example.before, LoggerToOp, "logger.warning(", "GB0291", capabilities=CAPS) == example.after
+    assert _rewrite(example.before, LoggerToOp, "logger.warning(", "GB0291", capabilities=ALL_CAPABILITIES) == example.after
 
 
 def test_logging_rule_example_leaf():
     example = _rule("GB0291", "a tensor in the message, on the eager backend")
-    assert _rewrite(example.before, LoggerToOp, "logger.debug(", "GB0291", capabilities=CAPS) is None
-    assert _rewrite(example.before, LoggerToLeaf, "logger.debug(", "GB0291", capabilities=CAPS) == example.after
+    assert _rewrite(example.before, LoggerToOp, "logger.debug(", "GB0291", capabilities=ALL_CAPABILITIES) is None
+    assert _rewrite(example.before, LoggerToLeaf, "logger.debug(", "GB0291", capabilities=ALL_CAPABILITIES) == example.after
 
 
 def test_logging_rule_not_fixed():
     # on inductor the engine withholds leaf_function: only the op route is left, and it declines
     example = _rule("GB0291", "a tensor in the message, on inductor")
-    assert _rewrite(example.before, LoggerToOp, "logger.debug(", "GB0291", capabilities=CAPS) is None
+    assert _rewrite(example.before, LoggerToOp, "logger.debug(", "GB0291", capabilities=ALL_CAPABILITIES) is None
 
 
 def test_logging_op_helper():
     out = _log('logger.warning("x")')
     lines = out.splitlines()
     at = lines.index("import torch") + 3
-    assert lines[at] == """@torch.library.custom_op(f"gbfix::log_{__name__.replace('.', '_')}", mutates_args=())"""
-    assert lines[at + 1] == "def _gbfix_log_op(owner: str, method: str, message: str, device: torch.Tensor) -> None:"
-    assert "    _gbfix_log_op._opoverload, torch._higher_order_ops.effects._EffectType.ORDERED" in lines
-    # the call site's helper hands the op a tensor: inductor needs the op's device
-    assert "    _gbfix_log_op(owner, method, message, torch.empty(0))" in lines
+    # the module's op library and sink come first, with their comment, then the op
+    assert lines[at] == "# Added by gbfix: this module's run-time ops, named after the module, and the"
+    assert '_gbfix_lib = torch.library.Library("gbfix", "FRAGMENT")' in lines
+    assert "_gbfix_sink = torch.empty(0)" in lines
+    assert lines.index("_gbfix_sink = torch.empty(0)") < lines.index("def _gbfix_log_impl(owner, method, message, sink):")
+    assert (
+        '_gbfix_lib.define(f"log_{_gbfix_tag}(str owner, str method, str message, Tensor(a!) sink) -> ()")' in lines
+    )
+    assert 'torch.library.register_fake(f"gbfix::log_{_gbfix_tag}", lambda *args: None, lib=_gbfix_lib)' in lines
+    # the op writes to the sink: that keeps it in inductor's graph, in order
+    assert "    _gbfix_log_op(owner, method, message, _gbfix_sink)" in lines
+    assert "effects" not in out  # no private effect registration
     assert '        _gbfix_log("logger", "warning", "x")' in lines
     assert "\n\n\nlogger = logging.getLogger(__name__)" in out
 
 
 def test_logging_second_site_replaces_only_the_call():
     once = _log('logger.info("a")')
-    twice = _rewrite(once.replace('_gbfix_log("logger", "info", "a")', 'logger.debug("b %d", 1)'), LoggerToOp, "logger.debug(", "GB0291", capabilities=CAPS)
+    twice = _rewrite(once.replace('_gbfix_log("logger", "info", "a")', 'logger.debug("b %d", 1)'), LoggerToOp, "logger.debug(", "GB0291", capabilities=ALL_CAPABILITIES)
     assert twice.count("def _gbfix_log(") == 1
     assert '_gbfix_log("logger", "debug", "b 1")' in twice
 
 
 def test_logging_op_and_leaf_helpers_side_by_side():
     once = _log('logger.info("a %s", x)', recipe=LoggerToLeaf)
-    twice = _rewrite(once.replace('_gbfix_log_leaf("logger", "info", "a %s", x)', 'logger.info("b")'), LoggerToOp, 'logger.info("b")', "GB0291", capabilities=CAPS)
+    twice = _rewrite(once.replace('_gbfix_log_leaf("logger", "info", "a %s", x)', 'logger.info("b")'), LoggerToOp, 'logger.info("b")', "GB0291", capabilities=ALL_CAPABILITIES)
     assert twice.count("def _gbfix_log_leaf(") == 1 and twice.count("def _gbfix_log(") == 1
 
 
@@ -378,12 +383,12 @@ def test_logging_declines_when_the_helper_name_is_taken(recipe):
     assert _log('logger.info("a")', module, recipe=recipe) is None
 
 
-@pytest.mark.parametrize("recipe, capability", [(LoggerToOp, "effectful_op"), (LoggerToOp, "custom_op"), (LoggerToLeaf, "leaf_function")])
+@pytest.mark.parametrize("recipe, capability", [(LoggerToOp, "register_fake"), (LoggerToLeaf, "leaf_function")])
 def test_logging_needs_its_capability(recipe, capability):
-    assert _log('logger.info("a")', recipe=recipe, capabilities=CAPS - {capability}) is None
+    assert _log('logger.info("a")', recipe=recipe, capabilities=ALL_CAPABILITIES - {capability}) is None
 
 
-# --- warnings.warn(...) -> effectful custom op, or leaf function ---------------------
+# --- warnings.warn(...) -> library op, or leaf function -----------------------------
 
 WARN_MODULE = """\
 import warnings
@@ -402,7 +407,7 @@ def f(x, category):
 
 
 def _warn(stmt: str, module: str = WARN_MODULE, recipe=WarnToOp) -> str | None:
-    out = _rewrite(module.replace("{stmt}", stmt), recipe, stmt.splitlines()[0], "GB0007", capabilities=CAPS)
+    out = _rewrite(module.replace("{stmt}", stmt), recipe, stmt.splitlines()[0], "GB0007", capabilities=ALL_CAPABILITIES)
     return None if out is None else out[out.index("def f(") :]
 
 
@@ -412,7 +417,7 @@ def _line_of(source: str, needle: str) -> int:
 
 def test_warn_rule_example():
     example = _rule("GB0007", "deprecation warning")
-    after = _rewrite(example.before, WarnToOp, "warnings.warn(", "GB0007", capabilities=CAPS)
+    after = _rewrite(example.before, WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES)
     assert after == example.after
     # the line written into the call is the call's own line in the rewritten file
     line = _line_of(after, '_gbfix_warn("')
@@ -421,8 +426,8 @@ def test_warn_rule_example():
 
 def test_warn_rule_example_leaf():
     example = _rule("GB0007", "a message formatted with values")
-    assert _rewrite(example.before, WarnToOp, "warnings.warn(", "GB0007", capabilities=CAPS) is None
-    assert _rewrite(example.before, WarnToLeaf, "warnings.warn(", "GB0007", capabilities=CAPS) == example.after
+    assert _rewrite(example.before, WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES) is None
+    assert _rewrite(example.before, WarnToLeaf, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES) == example.after
 
 
 @pytest.mark.parametrize(
@@ -437,15 +442,15 @@ def test_warn_rule_example_leaf():
     ],
 )
 def test_warn_op_rewrites(stmt, expected):
-    out = _rewrite(WARN_MODULE.replace("{stmt}", stmt), WarnToOp, stmt, "GB0007", capabilities=CAPS)
+    out = _rewrite(WARN_MODULE.replace("{stmt}", stmt), WarnToOp, stmt, "GB0007", capabilities=ALL_CAPABILITIES)
     assert out is not None
     assert f"    {expected.format(line=_line_of(out, '    _gbfix_warn('))}\n" in out
 
 
 def test_warn_op_second_site_keeps_its_line():
-    once = _rewrite(WARN_MODULE.replace("{stmt}", 'warnings.warn("a")\n    warnings.warn("b")'), WarnToOp, 'warnings.warn("a")', "GB0007", capabilities=CAPS)
+    once = _rewrite(WARN_MODULE.replace("{stmt}", 'warnings.warn("a")\n    warnings.warn("b")'), WarnToOp, 'warnings.warn("a")', "GB0007", capabilities=ALL_CAPABILITIES)
     line = _line_of(once, 'warnings.warn("b")')
-    twice = _rewrite(once, WarnToOp, 'warnings.warn("b")', "GB0007", capabilities=CAPS)
+    twice = _rewrite(once, WarnToOp, 'warnings.warn("b")', "GB0007", capabilities=ALL_CAPABILITIES)
     assert twice.count("def _gbfix_warn(") == 1
     assert f'    _gbfix_warn("b", "UserWarning", {line})\n' in twice
     assert f'    _gbfix_warn("a", "UserWarning", {line - 1})\n' in twice
@@ -454,31 +459,34 @@ def test_warn_op_second_site_keeps_its_line():
 def test_adding_another_helper_renumbers_the_warn_calls():
     module = LOG_MODULE.replace("import logging\n", "import logging\nimport warnings\n")
     module = module.replace("{stmt}", 'warnings.warn("w")\n        logger.info("a")')
-    once = _rewrite(module, WarnToOp, "warnings.warn(", "GB0007", capabilities=CAPS)
-    twice = _rewrite(once, LoggerToOp, "logger.info(", "GB0291", capabilities=CAPS)
-    assert twice.index("def _gbfix_log(") < twice.index("def _gbfix_warn(")  # added above the call
+    once = _rewrite(module, WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES)
+    twice = _rewrite(once, LoggerToOp, "logger.info(", "GB0291", capabilities=ALL_CAPABILITIES)
+    # the log helper goes after the helpers already there (it uses their library), above the call
+    assert twice.count("_gbfix_lib = torch.library.Library(") == 1
+    assert twice.index("_gbfix_sink = ") < twice.index("def _gbfix_warn(") < twice.index("def _gbfix_log(")
+    assert twice.index("def _gbfix_log(") < twice.index("class M(")
     line = _line_of(twice, '_gbfix_warn("w"')
     assert f'        _gbfix_warn("w", "UserWarning", {line})\n' in twice
 
 
 def test_warn_op_keeps_a_multiline_call_layout():
     stmt = 'warnings.warn(\n        "m",\n        FutureWarning,\n        stacklevel=2,\n    )'
-    out = _rewrite(WARN_MODULE.replace("{stmt}", stmt), WarnToOp, "warnings.warn(", "GB0007", capabilities=CAPS)
+    out = _rewrite(WARN_MODULE.replace("{stmt}", stmt), WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES)
     line = _line_of(out, "    _gbfix_warn(")
     assert f'    _gbfix_warn(\n        "m",\n        "FutureWarning",\n        {line},\n    )\n' in out
     stmt = 'warnings.warn(\n        "m",\n        FutureWarning,\n    )'
-    out = _rewrite(WARN_MODULE.replace("{stmt}", stmt), WarnToOp, "warnings.warn(", "GB0007", capabilities=CAPS)
+    out = _rewrite(WARN_MODULE.replace("{stmt}", stmt), WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES)
     line = _line_of(out, "    _gbfix_warn(")
     assert f'    _gbfix_warn(\n        "m",\n        "FutureWarning",\n        {line},\n    )\n' in out
 
 
 def test_warn_op_helper_and_imports():
-    out = _rewrite(WARN_MODULE.replace("{stmt}", 'warnings.warn("m")'), WarnToOp, "warnings.warn(", "GB0007", capabilities=CAPS)
-    assert out.startswith("import warnings\n\nimport torch\nimport builtins\n\n\n@torch.library.custom_op(")
+    out = _rewrite(WARN_MODULE.replace("{stmt}", 'warnings.warn("m")'), WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES)
+    assert out.startswith("import warnings\n\nimport torch\nimport builtins\n\n\n# Added by gbfix: this module's run-time ops")
     assert out.count("def _gbfix_warn(") == 1
     assert "    warnings.warn_explicit(\n" in out
-    assert "    _gbfix_warn_op._opoverload, torch._higher_order_ops.effects._EffectType.ORDERED\n" in out
-    assert "    _gbfix_warn_op(message, category, lineno, torch.empty(0))\n" in out
+    assert '_gbfix_lib.define(f"warn_{_gbfix_tag}(str message, str category, int lineno, Tensor(a!) sink) -> ()")\n' in out
+    assert "    _gbfix_warn_op(message, category, lineno, _gbfix_sink)\n" in out
     assert out.index("def _gbfix_warn(") < out.index("class LegacyWarning")
 
 
@@ -525,7 +533,7 @@ def test_warn_leaf_keeps_a_multiline_call_layout():
 
 
 def test_warn_leaf_helper_and_imports():
-    out = _rewrite(WARN_MODULE.replace("{stmt}", 'warnings.warn("m")'), WarnToLeaf, "warnings.warn(", "GB0007", capabilities=CAPS)
+    out = _rewrite(WARN_MODULE.replace("{stmt}", 'warnings.warn("m")'), WarnToLeaf, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES)
     assert "import builtins" in out
     assert out.count("def _gbfix_warn_leaf(") == 1
     assert out.index("def _gbfix_warn_leaf(") < out.index("class LegacyWarning")
@@ -567,9 +575,9 @@ def test_warn_declines_a_shadowed_warnings_module(recipe):
     assert _warn('warnings.warn("m")', module, recipe=recipe) is None
 
 
-def test_warn_op_needs_effectful_op():
+def test_warn_op_needs_register_fake():
     source = WARN_MODULE.replace("{stmt}", 'warnings.warn("m")')
-    assert _rewrite(source, WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES - {"effectful_op"}) is None
+    assert _rewrite(source, WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES - {"register_fake"}) is None
 
 
 def test_keep_tensor_passes_the_tensor_for_an_item_field():

@@ -42,11 +42,8 @@ def _capabilities() -> list[str]:
         "cond": lambda: torch.cond,
         "check": lambda: torch._check,
         "reorderable_logging": lambda: torch._dynamo.config.reorderable_logging_functions,
-        # An ORDERED effectful custom op survives inductor's dead-code elimination.
-        "effectful_op": lambda: (
-            torch._higher_order_ops.effects._register_effectful_op,
-            torch._higher_order_ops.effects._EffectType.ORDERED,
-        ),
+        # The log/warn op helpers: an op defined in a torch.library.Library, with a fake kernel.
+        "register_fake": lambda: torch.library.register_fake,
     }
     # Config routes, gated on the option existing in this release.
     for option in ("capture_scalar_outputs", "capture_dynamic_output_shape_ops", "allow_rnn", "trace_autograd_ops"):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
+HELPER_PREFIX = "_gbfix_"  # what the names of the helpers gbfix adds start with
+
 
 def after_imports(module: cst.Module) -> int:
     """Index after the last top-level import (after a docstring if there is none).
@@ -43,19 +45,52 @@ def blank_lines_before(stmt: cst.BaseStatement, n: int) -> cst.BaseStatement:
 
 def add_helpers(module: cst.Module, helpers: dict[str, str]) -> cst.Module:
     """The module with each helper (name -> code) it does not define yet placed
-    after its imports, two blank lines around each."""
-    defined = {s.name.value for s in module.body if isinstance(s, (cst.FunctionDef, cst.ClassDef))}
+    after its imports and the helpers it has already, two blank lines around each
+    (a helper may use one added before it)."""
+    body = list(module.body)
+    defined = {name for stmt in body for name in _defines(stmt)}
     new = [stmt for name, code in helpers.items() if name not in defined for stmt in _statements(code)]
     if not new:
         return module
-    body = list(module.body)
     at = after_imports(module)
+    while at < len(body) and _is_helper(body[at]):
+        at += 1
     if at < len(body):
         body[at] = blank_lines_before(body[at], 2)
     return module.with_changes(body=[*body[:at], *new, *body[at:]])
 
 
+def _defines(stmt: cst.BaseStatement) -> list[str]:
+    """The names a module-level function, class or plain assignment defines."""
+    if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+        return [stmt.name.value]
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return []
+    return [
+        t.target.value
+        for small in stmt.body
+        if isinstance(small, cst.Assign)
+        for t in small.targets
+        if isinstance(t.target, cst.Name)
+    ]
+
+
+def _is_helper(stmt: cst.BaseStatement) -> bool:
+    """A statement of a helper gbfix added: it defines ``_gbfix_*`` names, or is a
+    registration call on them."""
+    names = _defines(stmt)
+    if names:
+        return all(n.startswith(HELPER_PREFIX) for n in names)
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and all(isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) for small in stmt.body)
+        and HELPER_PREFIX in cst.Module(body=[stmt]).code
+    )
+
+
 def _statements(code: str) -> list[cst.BaseStatement]:
-    stmts = list(cst.parse_module(code).body)
-    stmts[0] = blank_lines_before(stmts[0], 2)
+    parsed = cst.parse_module(code)
+    stmts = list(parsed.body)
+    # A comment that opens the code is the module's header to LibCST: it goes with the first statement.
+    stmts[0] = blank_lines_before(stmts[0].with_changes(leading_lines=[*parsed.header, *stmts[0].leading_lines]), 2)
     return stmts

@@ -6,11 +6,14 @@ Dynamo cannot trace Logger methods and cannot reorder them
 through a module-level helper that the compiled graph keeps and runs at run
 time. Two helpers, the first preferred:
 
-- ``logger-to-op``: an ORDERED effectful custom op. Inductor keeps it in order
-  and runs it on every call, also with ``fullgraph=True`` and in training (a
-  custom op with no output and no effect is dead code to inductor: the record
-  would vanish). Its arguments must be typed, so only string and number
-  literals are taken, and the message is formatted here::
+- ``logger-to-op``: an op defined in a ``torch.library.Library`` that writes to
+  a 0-element tensor of the module. That write keeps it in the graph (an op
+  with no output is dead code to inductor: the record would vanish) and in
+  order with the module's other ops, and inductor runs it on every call, also
+  with ``fullgraph=True`` and in training. Unlike an effectful op, it leaves the
+  graph cacheable in inductor's FX graph cache, and a call costs a plain op
+  call. Its arguments must be typed, so only string and number literals are
+  taken, and the message is formatted here::
 
       logger.warning("`x` is deprecated")  ->  _gbfix_log("logger", "warning", "`x` is deprecated")
       logger.info("step %d", 3)            ->  _gbfix_log("logger", "info", "step 3")
@@ -57,6 +60,19 @@ _LITERALS = (str, int, float, type(None))  # bool is an int
 # warn_call's op helper: its calls end with their own line number, which a
 # helper added above them changes, so adding any helper renumbers them.
 NUMBERED_HELPER = "_gbfix_warn"
+# What the op helpers of one module share, placed before the first of them. Each op
+# writes to the 0-element sink: that write keeps it in the graph (an op with no
+# output is dead code to inductor), keeps the module's ops in order, and gives
+# inductor the op's device. Unlike an effectful op (with_effects), a graph holding
+# it stays in inductor's FX graph cache, and its run-time cost is a plain op call.
+OP_LIBRARY = ("_gbfix_lib", '''\
+# Added by gbfix: this module's run-time ops, named after the module, and the
+# 0-element tensor each of them writes to, which keeps them in compiled graphs
+# and in order.
+_gbfix_lib = torch.library.Library("gbfix", "FRAGMENT")
+_gbfix_tag = "".join(c if c.isalnum() else "_" for c in __name__)
+_gbfix_sink = torch.empty(0)
+''')
 
 
 class HelperRecipe(Recipe):
@@ -70,6 +86,8 @@ class HelperRecipe(Recipe):
     helper: ClassVar[str]  # the helper's name
     helper_code: ClassVar[str]  # its definition and registrations
     helper_imports: ClassVar[tuple[str, ...]] = ("torch",)
+    # Module-level pieces the helper uses, (name, code), placed before it.
+    shared: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def match(self, ctx: SiteContext) -> cst.Call | None:
         """The call to reroute, or None."""
@@ -91,6 +109,10 @@ class HelperRecipe(Recipe):
         assert isinstance(node, cst.Call)
         for module in self.helper_imports:
             self.need_import(module)
+        assert self.ctx is not None
+        if not _defines(self.ctx, self.helper):
+            for name, code in self.shared:
+                self.need_helper(name, code)
         self.need_helper(self.helper, self.helper_code)
         return self.reroute(node)
 
@@ -123,35 +145,26 @@ class LoggerRecipe(HelperRecipe):
 
 class LoggerToOp(LoggerRecipe):
     name = "logger-to-op"
-    requires = frozenset({"custom_op", "effectful_op"})
+    requires = frozenset({"register_fake"})
+    shared = (OP_LIBRARY,)
     methods = _OP_METHODS
-    summary = "logger.<level>(literal, ...) -> an ordered effectful custom op that logs at run time, kept by inductor"
+    summary = "logger.<level>(literal, ...) -> a library op that logs at run time, kept in order by inductor"
     helper = "_gbfix_log"
     helper_code = '''\
-@torch.library.custom_op(f"gbfix::log_{__name__.replace('.', '_')}", mutates_args=())
-def _gbfix_log_op(owner: str, method: str, message: str, device: torch.Tensor) -> None:
-    # Added by gbfix: a custom op that runs at run time inside compiled graphs.
-    # The logger travels by the name of its global; the op is named after
-    # this module so that each module registers its own.
+def _gbfix_log_impl(owner, method, message, sink):
+    # Added by gbfix: the body of the op below, run at run time inside compiled
+    # graphs. The logger travels by the name of its global.
     getattr(globals()[owner], method)(message)
 
 
-@_gbfix_log_op.register_fake
-def _gbfix_log_fake(owner, method, message, device):
-    return None
-
-
-# An ORDERED effect: without it a custom op with no output is dead code to inductor.
-torch._higher_order_ops.effects._register_effectful_op(
-    _gbfix_log_op._opoverload, torch._higher_order_ops.effects._EffectType.ORDERED
-)
+_gbfix_lib.define(f"log_{_gbfix_tag}(str owner, str method, str message, Tensor(a!) sink) -> ()")
+_gbfix_lib.impl(f"log_{_gbfix_tag}", _gbfix_log_impl, "CompositeExplicitAutograd")
+torch.library.register_fake(f"gbfix::log_{_gbfix_tag}", lambda *args: None, lib=_gbfix_lib)
+_gbfix_log_op = getattr(torch.ops.gbfix, f"log_{_gbfix_tag}")
 
 
 def _gbfix_log(owner, method, message):
-    # The op takes a tensor only so that inductor knows its device: an op with
-    # none is emitted before the fused CPU kernel pending ahead of it, whose
-    # buffers are then freed too early (UnboundLocalError in generated code).
-    _gbfix_log_op(owner, method, message, torch.empty(0))
+    _gbfix_log_op(owner, method, message, _gbfix_sink)
 '''
 
     def match(self, ctx: SiteContext) -> cst.Call | None:

@@ -8,8 +8,9 @@ it sits in an inlined function. The rewrite instead goes through a
 module-level helper that the compiled graph keeps, like ``logging_call``. Two
 helpers, the first preferred:
 
-- ``warn-to-op``: an ORDERED effectful custom op, kept in order by inductor
-  (``fullgraph=True`` and training included). It takes a literal message::
+- ``warn-to-op``: a library op that writes to a 0-element tensor of the
+  module, like ``logger-to-op``'s, kept in order by inductor (``fullgraph=True``
+  and training included). It takes a literal message::
 
       warnings.warn("msg", FutureWarning, stacklevel=2)  ->  _gbfix_warn("msg", "FutureWarning", 57)
 
@@ -47,7 +48,7 @@ from __future__ import annotations
 import libcst as cst
 
 from gbfix.recipes.base import SiteContext
-from gbfix.recipes.logging_call import NUMBERED_HELPER, HelperRecipe, arglist, literal
+from gbfix.recipes.logging_call import NUMBERED_HELPER, OP_LIBRARY, HelperRecipe, arglist, literal
 from gbfix.recipes.print_call import (
     builtin_at,
     call_at,
@@ -106,16 +107,16 @@ class WarnRecipe(HelperRecipe):
 
 class WarnToOp(WarnRecipe):
     name = "warn-to-op"
-    requires = frozenset({"custom_op", "effectful_op"})
-    summary = "warnings.warn(literal, ...) -> an ordered effectful custom op that warns at run time, kept by inductor"
+    requires = frozenset({"register_fake"})
+    shared = (OP_LIBRARY,)
+    summary = "warnings.warn(literal, ...) -> a library op that warns at run time, kept in order by inductor"
     helper = NUMBERED_HELPER
     helper_code = '''\
-@torch.library.custom_op(f"gbfix::warn_{__name__.replace('.', '_')}", mutates_args=())
-def _gbfix_warn_op(message: str, category: str, lineno: int, device: torch.Tensor) -> None:
-    # Added by gbfix: a custom op that runs at run time inside compiled graphs.
-    # The warning is attributed to line `lineno` of this module, with its
-    # filters and once-per-location registry, as warnings.warn there would.
-    # The category travels by name; the op is named after this module.
+def _gbfix_warn_impl(message, category, lineno, sink):
+    # Added by gbfix: the body of the op below, run at run time inside compiled
+    # graphs. The warning is attributed to line `lineno` of this module, with
+    # its filters and once-per-location registry, as warnings.warn there would.
+    # The category travels by name.
     cls = globals()[category] if category in globals() else getattr(builtins, category)
     registry = globals().setdefault("__warningregistry__", {})
     warnings.warn_explicit(
@@ -123,22 +124,14 @@ def _gbfix_warn_op(message: str, category: str, lineno: int, device: torch.Tenso
     )
 
 
-@_gbfix_warn_op.register_fake
-def _gbfix_warn_fake(message, category, lineno, device):
-    return None
-
-
-# An ORDERED effect: without it a custom op with no output is dead code to inductor.
-torch._higher_order_ops.effects._register_effectful_op(
-    _gbfix_warn_op._opoverload, torch._higher_order_ops.effects._EffectType.ORDERED
-)
+_gbfix_lib.define(f"warn_{_gbfix_tag}(str message, str category, int lineno, Tensor(a!) sink) -> ()")
+_gbfix_lib.impl(f"warn_{_gbfix_tag}", _gbfix_warn_impl, "CompositeExplicitAutograd")
+torch.library.register_fake(f"gbfix::warn_{_gbfix_tag}", lambda *args: None, lib=_gbfix_lib)
+_gbfix_warn_op = getattr(torch.ops.gbfix, f"warn_{_gbfix_tag}")
 
 
 def _gbfix_warn(message, category, lineno):
-    # The op takes a tensor only so that inductor knows its device: an op with
-    # none is emitted before the fused CPU kernel pending ahead of it, whose
-    # buffers are then freed too early (UnboundLocalError in generated code).
-    _gbfix_warn_op(message, category, lineno, torch.empty(0))
+    _gbfix_warn_op(message, category, lineno, _gbfix_sink)
 '''
 
     def match(self, ctx: SiteContext) -> cst.Call | None:

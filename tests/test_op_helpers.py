@@ -1,0 +1,71 @@
+"""The log/warn op helpers on inductor, in real torch processes: each record once per
+call (none while tracing), in order, with a backward pass and ``fullgraph=True``, and
+the graph holding them is served from inductor's FX graph cache by a second process
+(an effectful op's ``with_effects`` would bypass that cache)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from gbfix.recipes.logging_call import LoggerToOp
+from gbfix.recipes.warn_call import WarnToOp
+from tests.recipes.test_print_logging import _rewrite
+
+MODEL = """\
+import json
+import logging
+import sys
+import warnings
+
+import torch
+
+logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(message)s")
+logger = logging.getLogger("model")
+warnings.filterwarnings("always", "second")
+warnings.showwarning = lambda message, category, filename, *args: filename == __file__ and print(f"warn {message}")
+
+
+def f(x, w):
+    logger.info("first")
+    y = (x @ w).relu()
+    warnings.warn("second")
+    z = y.sin().sum()
+    logger.info("third")
+    return z
+
+
+if __name__ == "__main__":
+    w = torch.randn(8, 8, requires_grad=True)
+    step = torch.compile(f, fullgraph=True)
+    for i in range(2):
+        step(torch.randn(4, 8), w).backward()
+        print(f"end of call {i}")
+    from torch._dynamo.utils import counters
+
+    print(json.dumps({k: v for k, v in counters["inductor"].items() if k.startswith("fxgraph_cache")}))
+"""
+
+
+def test_ops_run_once_per_call_in_order_and_stay_cacheable(tmp_path: Path):
+    source = _rewrite(MODEL, LoggerToOp, 'logger.info("first")', "GB0291")
+    source = _rewrite(source, LoggerToOp, 'logger.info("third")', "GB0291")
+    source = _rewrite(source, WarnToOp, "warnings.warn(", "GB0007")
+    assert "logger.info(" not in source and "warnings.warn(" not in source
+    script = tmp_path / "model.py"
+    script.write_text(source, encoding="utf-8")
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    runs = [
+        subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        for _ in range(2)
+    ]
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+        *lines, counts = run.stdout.splitlines()
+        assert lines == ["first", "warn second", "third", "end of call 0"] + ["first", "warn second", "third", "end of call 1"]
+    first, second = (json.loads(run.stdout.splitlines()[-1]) for run in runs)
+    assert "fxgraph_cache_bypass" not in first and first.get("fxgraph_cache_miss")
+    assert "fxgraph_cache_bypass" not in second and second.get("fxgraph_cache_hit") == first["fxgraph_cache_miss"]
