@@ -202,17 +202,14 @@ class Warm:
         return f"the warm worker exited (code {rc})" + (f": {lines[-1].strip()}" if lines else "")
 
     def close(self) -> None:
-        """Stop the worker (it ends when its input closes); a stuck one is killed."""
+        """Stop the worker. It is killed with its group, not asked to exit: it holds
+        nothing to save (each run is a child in a group of its own), and an
+        interpreter with torch loaded takes over a second to shut down."""
         proc, self.proc = self.proc, None
         if proc is None:
             return
-        try:
-            if proc.stdin:
-                proc.stdin.close()
-            proc.wait(timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            kill_group(proc.pid)
-            proc.wait()
-        finally:
-            if proc.stdout:
-                proc.stdout.close()
+        kill_group(proc.pid)
+        proc.wait()
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe:
+                pipe.close()
