@@ -114,6 +114,7 @@ class _Session:
         self.noise: Noise | None = None  # run-to-run differences of the original, once measured
         self.own_reference: RunResult | None = None  # the original on its own backend, if needed
         self.uncompiled: RunResult | None = None  # the original with Dynamo off, if needed
+        self.uncompiled_started: Pending | None = None  # that run, started before it was needed
         self.last_own: RunResult | None = None  # latest passing own-backend run of the edits
         # While not None, rounds skip their own-backend check and leave a checkpoint here
         # for ``check_deferred``; None: each round checks its own edits.
@@ -170,6 +171,11 @@ class _Session:
         overlay, maps = self._overlay(edits, locator)
         if self.deferred is not None:
             self.speculate(overlay)
+        elif self.uncompiled is None and self.uncompiled_started is None:
+            # No own-backend run goes beside the trials: start the uncompiled reference on
+            # the other core. A trial that makes a print or a warning show as it does
+            # uncompiled differs from the compiled original, and then needs it next.
+            self.uncompiled_started = self.prober.start(baseline=self.baseline.outputs_path, backend="none")
         self.progress(f"trial run with {len(edits)} edit(s)")
         try:
             result = self.prober.run(overlay=overlay, baseline=self.baseline.outputs_path)
@@ -374,9 +380,14 @@ class _Session:
         if result.output_mismatch and "compile-boundary" not in tolerate:
             return False
         if self.uncompiled is None:
-            try:
+            pending, self.uncompiled_started = self.uncompiled_started, None
+            if pending is None:
                 self.progress("the run differs: running the original without compile, for reference")
-                self.uncompiled = self.prober.run(baseline=self.baseline.outputs_path, backend="none")
+                pending = self.prober.start(baseline=self.baseline.outputs_path, backend="none")
+            else:
+                self.progress("the run differs: comparing with the original run without compile (started with the trial)")
+            try:
+                self.uncompiled = pending.result()
             except RunFailed as e:
                 raise EntryError(f"the entry `{self.entry.text}` failed without compile: {e}") from None
         if behaviour_diff(self.uncompiled, result, tolerate, self.noise or Noise()) is not None:
@@ -548,6 +559,9 @@ class _Session:
         # Optimistic: one own-backend run checks the edits of all rounds at the end.
         self.deferred = [] if self.check_own_backend else None
         run = self.check_deferred(self.rounds(self.baseline, caps, 0), caps)
+        if self.uncompiled_started is not None:  # not needed after all
+            self.uncompiled_started.cancel()
+            self.uncompiled_started = None
         if self.last_own is not None:
             run = self.last_own  # what is left, counted on the program's own backend
         proven = self.prove_fullgraph(run) if self.opts.fullgraph else None
