@@ -26,12 +26,14 @@ def runs(tmp_path_factory):
 
     blocks = root / "pkg" / "blocks.py"
     original = blocks.read_bytes()
-    out = {"fresh": gbfix("--dry-run"), "again": gbfix("--dry-run"), "apply": gbfix("--apply")}
+    out = {"check": gbfix("check"), "check_again": gbfix("check")}
+    out |= {"fresh": gbfix("--dry-run"), "again": gbfix("--dry-run"), "apply": gbfix("--apply")}
     out["applied"] = blocks.read_bytes()
     blocks.write_bytes(original)  # back to the code the cached result is for...
     with open(root / "run.py", "a", encoding="utf-8") as f:
         f.write("# changed\n")  # ...but a file outside the targets that the program runs changed
     out["script_changed"] = gbfix("--dry-run")
+    out["check_changed"] = gbfix("check")
     out["no_cache"] = gbfix("--dry-run", "--no-cache")
     for entry in cache.glob("*.pickle"):
         entry.write_bytes(b"not a pickle")
@@ -65,3 +67,13 @@ def test_a_changed_loaded_file_no_cache_or_a_broken_cache_runs_again(runs, case)
     assert proc.returncode == 1, proc.stderr
     assert RAN in proc.stderr and REUSED not in proc.stderr, proc.stderr
     assert proc.stdout == runs["fresh"].stdout
+
+
+def test_check_reuses_its_detection_run_until_a_loaded_file_changes(runs):
+    fresh, again, changed = runs["check"], runs["check_again"], runs["check_changed"]
+    assert fresh.returncode == again.returncode == changed.returncode == 1, fresh.stderr  # no baseline: all new
+    assert "detection run of" in fresh.stderr and "reusing its detection run" not in fresh.stderr
+    assert "detection run of" not in again.stderr and "reusing its detection run" in again.stderr, again.stderr
+    assert "note: the program and the files it loads are unchanged since an earlier run: its detection run is reused" in again.stderr
+    assert again.stdout == fresh.stdout and "GB" in fresh.stdout
+    assert "detection run of" in changed.stderr and changed.stdout == fresh.stdout

@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from gbfix import baseline as bl
-from gbfix import report
+from gbfix import report, result_cache
 from gbfix.config import resolve as settings_for
 from gbfix.detect import Prober
 from gbfix.engine import Finding, Result, message
@@ -41,17 +41,31 @@ class Detected:
     files: dict[Path, SourceFile]  # the targets as read
     entry: Entry
     seconds: float = 0.0
+    reused: bool = False  # the run of an earlier check on the same code (result_cache)
 
 
-def detect(targets: list[Path], entry_text: str | None, timeout: float, progress: Callable[[str], None]) -> Detected:
-    """Run the entry once under Dynamo and locate its breaks in ``targets`` (as ``fix`` does)."""
+def detect(
+    targets: list[Path], entry_text: str | None, timeout: float, progress: Callable[[str], None], cache: bool = False
+) -> Detected:
+    """Run the entry once under Dynamo and locate its breaks in ``targets`` (as ``fix`` does).
+
+    ``cache``: reuse the run of an earlier check on the same code, and file this one.
+    """
     check_paths(targets)
     started = time.perf_counter()
     the_entry = resolve(entry_text, targets, Path.cwd())
     files = collect(targets)
-    with tempfile.TemporaryDirectory(prefix="gbfix-") as workdir:
-        progress(f"detection run of `{the_entry.text}`")
-        run = Prober(the_entry, Path(workdir), timeout).baseline()
+    key = result_cache.key(the_entry, "check", files) if cache else None
+    run = result_cache.load(key) if key is not None else None
+    reused = isinstance(run, RunResult)
+    if reused:
+        progress("unchanged since an earlier run: reusing its detection run")
+    else:
+        with tempfile.TemporaryDirectory(prefix="gbfix-") as workdir:
+            progress(f"detection run of `{the_entry.text}`")
+            run = Prober(the_entry, Path(workdir), timeout).baseline()
+        if key is not None:
+            result_cache.store(key, run, run.sources, files)
     locator = Locator(files)
     sites: dict[tuple, Site] = {}
     outside: list[Break] = []
@@ -62,7 +76,7 @@ def detect(targets: list[Path], entry_text: str | None, timeout: float, progress
         else:
             sites.setdefault(site_key(site), site)  # the same site reached through two stacks is one
     ordered = sorted(sites.values(), key=lambda s: (str(s.path), s.line, s.col or 0, s.code))
-    return Detected(run, tuple(ordered), tuple(outside), files, the_entry, time.perf_counter() - started)
+    return Detected(run, tuple(ordered), tuple(outside), files, the_entry, time.perf_counter() - started, reused)
 
 
 def main(
@@ -73,6 +87,7 @@ def main(
     progress: Callable[[str], None],
     fmt: str = "text",
     html_file: Path | None = None,
+    cache: bool = False,
 ) -> int:
     """``gbfix check``; returns the exit code.
 
@@ -80,7 +95,7 @@ def main(
     given); with ``[tool.gbfix]`` and the defaults they resolve as for ``fix``. Sites that
     select / ignore or a ``# gbfix: ignore`` comment leave out are neither checked nor
     written to the baseline. ``fmt``: text, or json / github / sarif on stdout (see
-    ``gbfix.formats``); ``html_file``: also write the HTML report there.
+    ``gbfix.formats``); ``html_file``: also write the HTML report there; ``cache``: see ``detect``.
     """
     if paths:
         check_paths(paths)  # a missing path first, before the config, the baseline or the entry
@@ -91,7 +106,9 @@ def main(
     root = where.parent
     shown = report.display_path(where)
     known = bl.load(where, shown)  # a malformed baseline stops here, before the entry runs
-    found = detect(targets, settings["entry"], settings["timeout"], progress)
+    found = detect(targets, settings["entry"], settings["timeout"], progress, cache)
+    if found.reused:
+        click.echo(f"note: {result_cache.REUSED.format(what='detection run')}", err=True)
     selection = Filter(settings["select"], settings["ignore"])
     checked = [s for s in found.sites if selection.keeps(s.code, found.files[s.path].text, s.line)]
     suppressed = sum(1 for s in found.sites if selection.suppressed(s.code, found.files[s.path].text, s.line))

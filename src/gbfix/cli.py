@@ -111,6 +111,10 @@ HTML_OPTION = click.option(
     "--html", "html_file", metavar="FILE", type=click.Path(dir_okay=False, path_type=Path), callback=_html_path,
     help="Also write a self-contained HTML report: each break, its source, the edits tried and their verdicts, counts before and after.",
 )
+NO_CACHE = click.option(
+    "--no-cache", is_flag=True, envvar="GBFIX_NO_CACHE",
+    help="Run the program even if it and the files it loads are unchanged since an earlier run (env GBFIX_NO_CACHE=1).",
+)
 _TIMEOUT = click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Seconds one run of the entry may take (default 900).")
 _ENTRY = click.option("-e", "--entry", help="What to run: 'script.py ARGS', 'python -m pkg.mod ARGS' or 'pytest ARGS'.")
 _UNSAFE = click.option("--unsafe-fixes/--no-unsafe-fixes", default=None, help="Also try fixes that may change behaviour (still verified).")
@@ -142,10 +146,7 @@ def _flags(entry, timeout, unsafe_fixes, fullgraph, backend, select, ignore) -> 
 @_settings_options
 @OUTPUT_FORMAT
 @HTML_OPTION
-@click.option(
-    "--no-cache", is_flag=True, envvar="GBFIX_NO_CACHE",
-    help="Run the program even if it and the files it loads are unchanged since an earlier run (env GBFIX_NO_CACHE=1).",
-)
+@NO_CACHE
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 def fix(
     paths: tuple[Path, ...], mode: str, entry: str | None, timeout: float | None, unsafe_fixes: bool | None, fullgraph: bool | None,
@@ -293,10 +294,11 @@ def config_command(
 @click.option("--update-baseline", is_flag=True, help="Write the breaks found now to the baseline and exit 0.")
 @OUTPUT_FORMAT
 @HTML_OPTION
+@NO_CACHE
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 def check(
     paths: tuple[Path, ...], entry: str | None, timeout: float | None, select: tuple[str, ...] | None, ignore: tuple[str, ...] | None,
-    baseline_file: Path | None, update_baseline: bool, fmt: str, html_file: Path | None, quiet: bool,
+    baseline_file: Path | None, update_baseline: bool, fmt: str, html_file: Path | None, no_cache: bool, quiet: bool,
 ) -> None:
     """Run the entry once and fail on graph breaks in PATHS that the baseline does not list (nothing is fixed).
 
@@ -307,7 +309,9 @@ def check(
     from gbfix import check as gate  # the engine and torch: only for this command
 
     flags = {"entry": entry, "timeout": timeout, "select": select, "ignore": ignore}
-    sys.exit(gate.main(list(paths), flags, baseline_file, update_baseline, _progress(quiet), fmt=fmt, html_file=html_file))
+    sys.exit(gate.main(
+        list(paths), flags, baseline_file, update_baseline, _progress(quiet), fmt=fmt, html_file=html_file, cache=not no_cache
+    ))
 
 
 def main() -> None:

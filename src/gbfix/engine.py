@@ -719,9 +719,11 @@ def fix(
     """
     targets = sources.collect(paths)
     key = result_cache.key(entry, opts, targets) if cache else None
-    if key is not None and (reused := result_cache.load(key)) is not None:
+    if key is not None and isinstance(reused := result_cache.load(key), Result):
         progress("unchanged since an earlier run: reusing its verified result")
-        return reused
+        return replace(
+            reused, runs=0, seconds=0.0, notes=(*reused.notes, result_cache.REUSED.format(what="verified result"))
+        )
     with tempfile.TemporaryDirectory(prefix="gbfix-") as workdir:
         session = _Session(entry, targets, opts, Path(workdir), progress)
         try:
@@ -729,7 +731,8 @@ def fix(
         finally:
             session.prober.close()
     if key is not None:
-        result_cache.store(key, result)
+        loaded = (*result.baseline.sources, *(result.final.sources if result.final else ()))
+        result_cache.store(key, result, loaded, result.originals)
     return result
 
 

@@ -1,17 +1,18 @@
-"""Reuse the verified result of an earlier run on the same code (`gbfix --dry-run`, then `--apply`).
+"""Reuse the result of an earlier run on the same code: ``fix``'s verified result
+(`gbfix --dry-run`, then `--apply`) and ``check``'s detection run (a pre-commit hook
+on an unchanged tree).
 
 A result is filed under a key made of what decides it: gbfix's own code, the
 interpreter, torch's version, the installed packages (the modification times of
-their folders), the entry, the options, the environment variables that steer torch
-and Python, and the bytes of the target files. It is kept with the hashes of the
-other user files the program loaded (its script, modules outside the targets) and
-reused only while those are unchanged. Data files the program reads are not part
-of the key: `--no-cache` runs the program again.
+their folders), the entry, the command and its options, the environment variables
+that steer torch and Python, and the bytes of the target files. It is kept with the
+hashes of the other user files the program loaded (its script, modules outside the
+targets) and reused only while those are unchanged. Data files the program reads
+are not part of the key: `--no-cache` runs the program again.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import importlib.metadata
@@ -26,14 +27,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gbfix.engine import Options, Result
+    from collections.abc import Iterable
+
     from gbfix.entry import Entry
     from gbfix.sources import SourceFile
 
 FORMAT = 1  # bump when what a cached result holds changes shape
 KEEP = 64  # results kept; the least recently used go first
 _ENV_PREFIXES = ("TORCH", "PYTORCH", "CUDA", "OMP_", "MKL_", "PYTHON", "LD_")
-REUSED = "the program and the files it loads are unchanged since an earlier run: its verified result is reused (--no-cache runs it again)"
+REUSED = "the program and the files it loads are unchanged since an earlier run: its {what} is reused (--no-cache runs it again)"
 
 
 def directory() -> Path:
@@ -81,11 +83,12 @@ def _torch_version() -> str:
         return ""
 
 
-def key(entry: Entry, opts: Options, targets: dict[Path, SourceFile]) -> str:
-    """The key of the result of running ``entry`` with ``opts`` on ``targets`` as they are now."""
+def key(entry: Entry, options: object, targets: dict[Path, SourceFile]) -> str:
+    """The key of the result of running ``entry`` with ``options`` (the command's: their
+    repr is part of the key) on ``targets`` as they are now."""
     fixed = [
         FORMAT, _gbfix_code(), sys.version, sys.executable, _torch_version(), _installed(),
-        entry.kind, entry.target, list(entry.args), str(entry.cwd), repr(opts),
+        entry.kind, entry.target, list(entry.args), str(entry.cwd), repr(options),
         sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)),
         sorted((str(p), _digest(s.data)) for p, s in targets.items()),
     ]
@@ -99,7 +102,7 @@ def _file_digest(path: str) -> str | None:
         return None
 
 
-def load(key: str) -> Result | None:
+def load(key: str) -> object | None:
     """The result filed under ``key`` if the other files it depends on are unchanged."""
     path = directory() / f"{key}.pickle"
     try:
@@ -110,16 +113,16 @@ def load(key: str) -> Result | None:
         result = record["result"]
     except Exception:  # noqa: BLE001 - missing, unreadable or from another gbfix: run again
         return None
-    return dataclasses.replace(result, runs=0, seconds=0.0, notes=(*result.notes, REUSED))
+    return result
 
 
-def store(key: str, result: Result) -> None:
-    """File ``result`` under ``key``, with the hashes of the non-target files its runs loaded.
+def store(key: str, result: object, loaded: Iterable[str], targets: Iterable[Path]) -> None:
+    """File ``result`` under ``key``, with the hashes of the files its runs ``loaded``
+    that are not ``targets`` (those are in the key).
 
     Best effort: a cache that cannot be written costs the next run its speed, nothing else.
     """
-    loaded = set(result.baseline.sources) | set(result.final.sources if result.final else ())
-    files = {f: _file_digest(f) for f in sorted(loaded - {str(p) for p in result.originals})}
+    files = {f: _file_digest(f) for f in sorted(set(loaded) - {str(p) for p in targets})}
     if None in files.values():
         return  # a file the program loaded is gone already: nothing to check a later run against
     folder = directory()
