@@ -69,6 +69,14 @@ def test_a_forked_run_records_what_a_fresh_one_does(forked_and_fresh, warm):
     assert forked.capabilities == fresh.capabilities
 
 
+def test_the_prober_keeps_only_the_runs_it_may_still_have_to_stop(forked_and_fresh, warm):
+    # the fixture's run was collected: the next start leaves it behind
+    pending = warm.start(backend="none")
+    assert warm.started == [pending]
+    pending.result()
+    assert pending.collected
+
+
 def test_dynamo_can_be_off_in_a_forked_run(forked_and_fresh, warm):
     off = warm.run(backend="none", baseline=forked_and_fresh[0].outputs_path)
     assert off.breaks == () and "inside 3" in off.stdout

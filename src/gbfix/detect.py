@@ -45,7 +45,7 @@ class Prober:
         self.workdir = workdir
         self.timeout = timeout
         self.runs = 0
-        self.started: list[Pending] = []
+        self.started: list[Pending] = []  # the runs not yet collected
         env = {
             **os.environ,
             "PYTHONDONTWRITEBYTECODE": "1",  # never litter the user's tree with __pycache__
@@ -110,7 +110,8 @@ class Prober:
         stdout_path, stderr_path = rundir / STDOUT, rundir / STDERR
         extra = {"TORCHDYNAMO_DISABLE": "1"} if backend == "none" else {}  # eager ground truth
         pending = Pending(self.launcher.start(spec_path, stdout_path, stderr_path, extra), rundir, self.timeout)
-        self.started.append(pending)
+        # The runs still to stop at close: one whose result was collected needs no stopping.
+        self.started = [p for p in self.started if not p.collected] + [pending]
         return pending
 
     def baseline(self) -> RunResult:
@@ -138,6 +139,11 @@ class Pending:
         if isinstance(self._result, RunFailed):
             raise self._result
         return self._result
+
+    @property
+    def collected(self) -> bool:
+        """Its result (or failure) is in: waited for, or cancelled."""
+        return self._result is not None
 
     def cancel(self) -> None:
         if self._result is None:
