@@ -1,4 +1,4 @@
-"""The log/warn op helpers on inductor, in real torch processes: each record once per
+"""The log/warn/print op helpers on inductor, in real torch processes: each record once per
 call (none while tracing), in order, with a backward pass and ``fullgraph=True``, and
 the graph holding them is served from inductor's FX graph cache by a second process
 (an effectful op's ``with_effects`` would bypass that cache)."""
@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from gbfix.recipes.logging_call import LoggerToOp
+from gbfix.recipes.print_op import PrintToOp
 from gbfix.recipes.warn_call import WarnToOp
 from tests.recipes.test_print_logging import _rewrite
 
@@ -31,6 +32,7 @@ warnings.showwarning = lambda message, category, filename, *args: filename == __
 
 def f(x, w):
     logger.info("first")
+    print(f"rows {x.shape[0]}")
     y = (x @ w).relu()
     warnings.warn("second")
     z = y.sin().sum()
@@ -54,7 +56,8 @@ def test_ops_run_once_per_call_in_order_and_stay_cacheable(tmp_path: Path):
     source = _rewrite(MODEL, LoggerToOp, 'logger.info("first")', "GB0291")
     source = _rewrite(source, LoggerToOp, 'logger.info("third")', "GB0291")
     source = _rewrite(source, WarnToOp, "warnings.warn(", "GB0007")
-    assert "logger.info(" not in source and "warnings.warn(" not in source
+    source = _rewrite(source, PrintToOp, "print(f\"rows", "GB0059")
+    assert "logger.info(" not in source and "warnings.warn(" not in source and "print(f\"rows" not in source
     script = tmp_path / "model.py"
     script.write_text(source, encoding="utf-8")
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
@@ -65,7 +68,9 @@ def test_ops_run_once_per_call_in_order_and_stay_cacheable(tmp_path: Path):
     for run in runs:
         assert run.returncode == 0, run.stderr
         *lines, counts = run.stdout.splitlines()
-        assert lines == ["first", "warn second", "third", "end of call 0"] + ["first", "warn second", "third", "end of call 1"]
+        assert lines == [*("first", "rows 4", "warn second", "third", "end of call 0")] + [
+            *("first", "rows 4", "warn second", "third", "end of call 1")
+        ]
     first, second = (json.loads(run.stdout.splitlines()[-1]) for run in runs)
     assert "fxgraph_cache_bypass" not in first and first.get("fxgraph_cache_miss")
     assert "fxgraph_cache_bypass" not in second and second.get("fxgraph_cache_hit") == first["fxgraph_cache_miss"]

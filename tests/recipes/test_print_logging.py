@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from gbfix.recipes.logging_call import LoggerToLeaf, LoggerToOp
-from gbfix.recipes.print_call import PrintToHop
+from gbfix import recipes
+from gbfix.recipes.print_call import PrintToHop, PrintToHopKeepTensor
+from gbfix.recipes.print_op import PrintToOp
 from gbfix.recipes.warn_call import WarnToLeaf, WarnToOp
 from gbfix.rules import parse
 from tests.helpers import ALL_CAPABILITIES, rewrite_at
@@ -52,10 +54,13 @@ def _print(stmt: str, head: str = "") -> str | None:
 
 def test_print_rule_examples():
     first = _rule("GB0059", "f-string")
-    assert _rewrite(first.before, PrintToHop, "print(f", "GB0059") == first.after
+    assert _rewrite(first.before, PrintToOp, "print(f", "GB0059") == first.after
     second = _rule("GB0059", "print with a separator")
-    once = _rewrite(second.before, PrintToHop, 'print("normalizing"', "GB0059")
-    assert _rewrite(once, PrintToHop, 'print("norms"', "GB0059") == second.after
+    once = _rewrite(second.before, PrintToOp, 'print("normalizing"', "GB0059")
+    assert _rewrite(once, PrintToOp, 'print("norms"', "GB0059") == second.after
+    # print-to-hop writes the same call to torch's print op, without the helper
+    hop = _rewrite(first.before, PrintToHop, "print(f", "GB0059")
+    assert 'torch._higher_order_ops.print("step {}: mean {:.4f} shape {}", step, logits.mean(), str(tuple(logits.shape)))' in hop
 
 
 def test_print_rule_not_fixed():
@@ -179,6 +184,39 @@ def test_print_rewrite_prints_the_same_text(stmt):
             exec(code, {"torch": torch}, dict(env))
         outputs.append(buf.getvalue())
     assert outputs[0] == outputs[1]
+
+
+# --- print -> the print helper (library op for text known while tracing) ---------------
+
+
+def _print_op(stmt: str, source: str = PRINT_SITE, **kw) -> str | None:
+    source = source.format(stmt=stmt)
+    return rewrite_at(source, PrintToOp, *_site(source, stmt), "GB0059", **kw)
+
+
+def test_print_op_calls_the_helper_with_print_to_hops_format():
+    out = _print_op('print(f"block {i}: {tuple(x.shape)}")')
+    assert '    _gbfix_print("block {}: {}", i, str(tuple(x.shape)))\n' in out
+    assert out.count("_gbfix_lib = torch.library.Library(") == 1
+    assert '_gbfix_lib.define(f"print_{_gbfix_tag}(str text, Tensor(a!) sink) -> ()")' in out
+    # the helper picks the route while Dynamo traces: the op for constants, torch's print op otherwise
+    assert "    if all(isinstance(v, (str, int, float, type(None))) for v in values):\n" in out
+    assert "        _gbfix_print_op(fmt.format(*values), _gbfix_sink)\n" in out
+    assert "        torch._higher_order_ops.print(fmt, *values)\n" in out
+    assert out.index("def _gbfix_print(") < out.index("def f(")
+
+
+def test_print_op_leaves_an_item_field_to_print_to_hop_keep_tensor():
+    assert _print_op('print(f"loss {x.item():.4f}")') is None
+    assert PrintToHopKeepTensor in recipes.candidates("GB0059", unsafe=False)
+
+
+def test_print_op_is_preferred_and_declines_where_print_to_hop_does():
+    order = [r.name for r in recipes.candidates("GB0059", unsafe=False)]
+    assert order.index("print-to-op") < order.index("print-to-hop-keep-tensor") < order.index("print-to-hop")
+    assert _print_op('print("x", file=s)') is None
+    assert _print_op('print("x")', capabilities=ALL_CAPABILITIES - {"register_fake"}) is None
+    assert _print_op('print("x")', PRINT_SITE.replace("def f(", "_gbfix_print = None\n\n\ndef f(")) is None
 
 
 # --- logger.<level>(...) -> library op, or leaf function ---------------------------

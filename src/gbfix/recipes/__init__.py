@@ -14,6 +14,7 @@ import libcst as cst
 from gbfix.recipes.base import Recipe, Rewrite, SiteContext
 
 _MODULES = (
+    "print_op",  # print through a helper: a library op for text known while tracing
     "print_call",
     "logging_call",
     "warn_call",
