@@ -1,7 +1,8 @@
 """The log/warn/print op helpers on inductor, in real torch processes: each record once per
 call (none while tracing), in order, with a backward pass and ``fullgraph=True``, and
 the graph holding them is served from inductor's FX graph cache by a second process
-(an effectful op's ``with_effects`` would bypass that cache)."""
+(an effectful op's ``with_effects`` would bypass that cache); and prints through the op
+and through torch's print op in one inductor graph keep their order."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from gbfix import engine
+from gbfix.entry import parse
 from gbfix.recipes.logging_call import LoggerToOp
 from gbfix.recipes.print_op import PrintToOp
 from gbfix.recipes.warn_call import WarnToOp
@@ -74,3 +77,40 @@ def test_ops_run_once_per_call_in_order_and_stay_cacheable(tmp_path: Path):
     first, second = (json.loads(run.stdout.splitlines()[-1]) for run in runs)
     assert "fxgraph_cache_bypass" not in first and first.get("fxgraph_cache_miss")
     assert "fxgraph_cache_bypass" not in second and second.get("fxgraph_cache_hit") == first["fxgraph_cache_miss"]
+
+
+MIXED_PRINTS = """\
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        print("start", x.shape[0])
+        y = self.lin(x)
+        print("mid", y.detach().sum())
+        z = y.relu().sum()
+        print("end of forward")
+        return z
+
+
+if __name__ == "__main__":
+    net = torch.compile(Net())
+    for i in range(2):
+        with torch.no_grad():
+            print(f"out {net(torch.ones(2, 4) * i).item():.4f}")
+"""
+
+
+def test_prints_through_the_op_and_torchs_print_op_keep_their_order_on_inductor(tmp_path: Path):
+    # one graph, two kinds: the text ones through the module's op, the tensor one through
+    # torch's print op; the own-backend (inductor) check compares the order of the lines
+    (tmp_path / "prog.py").write_text(MIXED_PRINTS, encoding="utf-8")
+    result = engine.fix([tmp_path / "prog.py"], parse("python prog.py", tmp_path))
+    assert [(o.edit.recipe, o.status) for o in result.outcomes] == [("print-to-op", "applied")] * 3
+    assert result.remaining == 0 and result.final is not None and not result.final.output_mismatch
+    [fixed] = result.fixed.values()
+    assert b'_gbfix_print("mid {!s}", y.detach().sum())' in fixed
