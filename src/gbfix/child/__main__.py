@@ -42,7 +42,7 @@ def _capabilities() -> list[str]:
         "cond": lambda: torch.cond,
         "check": lambda: torch._check,
         "reorderable_logging": lambda: torch._dynamo.config.reorderable_logging_functions,
-        # The log/warn op helpers: an op defined in a torch.library.Library, with a fake kernel.
+        # The log/warn/print op helpers: an op defined in a torch.library.Library, with a fake kernel.
         "register_fake": lambda: torch.library.register_fake,
     }
     # Config routes, gated on the option existing in this release.

@@ -27,22 +27,6 @@ from gbfix.recipes.logging_call import OP_LIBRARY, HelperRecipe
 from gbfix.recipes.print_call import PrintToHop, PrintToHopKeepTensor
 
 
-class _Format(PrintToHopKeepTensor):
-    """print-to-hop-keep-tensor's call, whether or not a field keeps a tensor."""
-
-    def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
-        self._kept = 0
-        return PrintToHop.anchor(self, ctx)
-
-    @property
-    def kept(self) -> int:
-        """How many ``t.item()`` fields pass ``t``."""
-        return self._kept
-
-    def hop_call(self) -> cst.Call:
-        return self._new
-
-
 class PrintToOp(HelperRecipe):
     name = "print-to-op"
     codes = ("GB0059",)
@@ -74,14 +58,17 @@ def _gbfix_print(fmt, *values):
 '''
 
     def match(self, ctx: SiteContext) -> cst.Call | None:
-        self._format = _Format()
-        call = self._format.anchor(ctx)
-        if self._format.kept:
+        if PrintToHopKeepTensor().anchor(ctx) is not None:
             return None  # a value is a tensor for sure: print-to-hop-keep-tensor, without the helper
-        return call if isinstance(call, cst.Call) else None
+        hop = PrintToHop()
+        call = hop.anchor(ctx)
+        if not isinstance(call, cst.Call):
+            return None
+        self._hop = hop.replacement()
+        return call
 
     def reroute(self, call: cst.Call) -> cst.Call:
-        return self._format.hop_call().with_changes(func=cst.Name(self.helper))
+        return self._hop.with_changes(func=cst.Name(self.helper))
 
 
 RECIPES = (PrintToOp,)
