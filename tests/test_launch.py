@@ -13,8 +13,11 @@ from gbfix.entry import parse
 
 SCRIPT = textwrap.dedent(
     """
+    import atexit
+    import concurrent.futures
     import os
     import sys
+    import threading
     import time
     import warnings
 
@@ -31,6 +34,11 @@ SCRIPT = textwrap.dedent(
         torch.manual_seed(0)
         print(f(torch.randn(3)).sum().item())
         warnings.warn("done")
+        # What the end of the interpreter does: stop executors' idle workers, wait
+        # for other threads, run atexit handlers.
+        concurrent.futures.ThreadPoolExecutor(2).submit(time.sleep, 0.01)
+        threading.Thread(target=lambda: (time.sleep(0.2), print("thread finished"))).start()
+        atexit.register(print, "atexit handler ran")
         if os.path.exists("HANG"):
             time.sleep(600)
         if "exit" in sys.argv:
@@ -67,6 +75,12 @@ def test_a_forked_run_records_what_a_fresh_one_does(forked_and_fresh, warm):
     assert forked.stdout == fresh.stdout and "inside 3" in forked.stdout
     assert forked.warnings == fresh.warnings and forked.warnings
     assert forked.capabilities == fresh.capabilities
+
+
+def test_a_run_ends_as_the_interpreter_would(forked_and_fresh):
+    # threads joined, then atexit handlers, also when the run skips the teardown of its modules
+    for run in forked_and_fresh:
+        assert run.stdout.endswith("thread finished\natexit handler ran\n")
 
 
 def test_the_prober_keeps_only_the_runs_it_may_still_have_to_stop(forked_and_fresh, warm):
@@ -130,3 +144,38 @@ def test_a_worker_that_must_not_fork_falls_back_to_fresh_interpreters_and_says_s
         assert prober.notes and "other thread" in prober.notes[0] and "fresh interpreter" in prober.notes[0]
     finally:
         prober.close()
+
+
+INDUCTOR_SCRIPT = textwrap.dedent(
+    """
+    import torch
+    from torch._inductor import config
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    config.cpp.vec_isa_ok = False  # the program's setting, made before it compiles
+
+
+    @torch.compile
+    def f(x):
+        return (x * 2).sum()
+
+
+    print(f(torch.arange(64.0)).item(), "vectorised:", bool(pick_vec_isa()))
+    """
+)
+
+
+def test_a_forked_inductor_run_after_the_workers_warm_up_keeps_the_programs_inductor_config(tmp_path):
+    # The worker probes inductor's CPU vector ISAs once for all runs; a run that
+    # turns vectorisation off must still get none, as it does in a fresh interpreter.
+    (tmp_path / "ind.py").write_text(INDUCTOR_SCRIPT)
+    entry = parse("python ind.py", tmp_path)
+    fresh = Prober(entry, tmp_path / "fresh").run(backend="own")
+    prober = Prober(entry, tmp_path / "warm", timeout=300, warm=True)
+    try:
+        prober.run(backend="none")  # the first fork; the warm-up goes on beside it
+        forked = prober.run(backend="own")
+        assert not prober.notes  # forked after the warm-up thread ended
+    finally:
+        prober.close()
+    assert forked.stdout == fresh.stdout == "4032.0 vectorised: False\n"

@@ -7,12 +7,15 @@ are left alone (the parent captures them); nothing here prints to stdout.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import random
 import sys
+import threading
 import time
 import traceback
+from typing import NoReturn
 
 
 def _seed(seed: int) -> None:
@@ -80,8 +83,11 @@ def _sources(entry: dict) -> list[str]:
     from gbfix.result_cache import package_folders
 
     installed = package_folders() | {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]}
-    skip = tuple(os.path.join(os.path.realpath(p), "") for p in installed | {os.path.dirname(gbfix.__file__)})
-    files = {getattr(m, "__file__", None) for m in list(sys.modules.values())}
+    folders = installed | {os.path.dirname(gbfix.__file__)}
+    skip = tuple(os.path.join(p, "") for p in folders | {os.path.realpath(p) for p in folders})
+    # Most modules (torch's thousands) are named under an installed folder as they are:
+    # dropped before the costly realpath.
+    files = {f for m in list(sys.modules.values()) if isinstance(f := getattr(m, "__file__", None), str) and not f.startswith(skip)}
     if entry["kind"] == "script":
         files.add(os.path.abspath(entry["target"]))
     elif entry["kind"] == "module":
@@ -90,7 +96,7 @@ def _sources(entry: dict) -> list[str]:
         except (ImportError, AttributeError, ValueError):
             pass
     # (torch.ops and torch.classes have a bare "_ops.py" as __file__)
-    real = {os.path.realpath(f) for f in files if isinstance(f, str) and f.endswith(".py") and os.path.isabs(f)}
+    real = {os.path.realpath(f) for f in files if f.endswith(".py") and os.path.isabs(f)}
     return sorted(f for f in real if not f.startswith(skip))
 
 
@@ -171,5 +177,25 @@ def main(spec_path: str) -> int:
     return 0
 
 
+def leave(rc: int) -> NoReturn:
+    """End the run as the interpreter's exit would, less its teardown.
+
+    The user's threads are joined and atexit handlers run (a program's last
+    output or log lines come from them), then the process ends without freeing
+    its modules one by one: with torch loaded that teardown takes over a second,
+    on every run, and nothing reads what it would do.
+    """
+    # As Py_Finalize does: threading's own exit hooks (which stop executors' workers),
+    # then the wait for non-daemon threads, then the atexit handlers.
+    threading._shutdown()  # noqa: SLF001 - no public way to run these early
+    atexit._run_exitfuncs()  # noqa: SLF001
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001, S110 - a stream the program closed or replaced
+            pass
+    os._exit(rc)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    leave(main(sys.argv[1]))

@@ -22,6 +22,7 @@ import os
 import select
 import sys
 import threading
+from typing import NoReturn
 
 
 def _preload(modules: tuple[str, ...]) -> None:
@@ -32,6 +33,40 @@ def _preload(modules: tuple[str, ...]) -> None:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - a module this torch lacks only costs its import later
             pass
+
+
+def _warm_up() -> None:
+    """What a run compiling with inductor would otherwise pay for itself: the import
+    of inductor's compiler, the hash of torch's sources and the probe of which CPU
+    vector ISAs build and load (a C++ compile and a subprocess per ISA, about a
+    second on every run, even when all its graphs come from the cache)."""
+    _preload(("torch._inductor.compile_fx",))
+    try:
+        from torch._inductor import codecache, cpu_vec_isa
+
+        codecache.torch_key()
+        cpu_vec_isa.valid_vec_isa_list()
+        _forget_config_dependent_verdicts(cpu_vec_isa)
+    except Exception:  # noqa: BLE001 - private names that move between releases: the run pays instead
+        pass
+
+
+def _forget_config_dependent_verdicts(cpu_vec_isa) -> None:
+    """Keep only the probe verdicts cached by the inductor config they were made under.
+
+    An ISA's base check is cached per value of ``config.cpp.vec_isa_ok`` (the costly
+    part); the list and the subclasses' extra checks are cached once, whatever the
+    config: a program that sets the option before compiling must compute them anew.
+    """
+    keep = "_VecISA__bool__impl"
+    classes = [cpu_vec_isa.VecISA]
+    while classes:
+        cls = classes.pop()
+        classes.extend(cls.__subclasses__())
+        for name, attr in vars(cls).items():
+            if name != keep and hasattr(attr, "cache_clear"):
+                attr.cache_clear()
+    cpu_vec_isa.valid_vec_isa_list.cache_clear()
 
 
 def _fork_unsafe() -> str | None:
@@ -45,7 +80,7 @@ def _fork_unsafe() -> str | None:
     return None
 
 
-def _child(request: dict, replies) -> int:
+def _child(request: dict, replies) -> NoReturn:
     """In the forked child: become the run ``python -m gbfix.child SPEC`` would be."""
     os.setsid()  # its own process group, so a timeout kills everything it started
     replies.close()  # the user's program must not see (or keep open) the server's pipes
@@ -57,9 +92,9 @@ def _child(request: dict, replies) -> int:
         os.close(src)
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
-    from gbfix.child.__main__ import main
+    from gbfix.child.__main__ import leave, main
 
-    return main(request["spec"])
+    leave(main(request["spec"]))
 
 
 def serve() -> int:
@@ -68,10 +103,16 @@ def serve() -> int:
     replies = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     os.dup2(2, 1)
     _preload(("torch", "torch._dynamo", "gbfix.child.__main__", "gbfix.child.hooks", "gbfix.child.compile_patch"))
-    later = ["torch._inductor.compile_fx"]  # imported while the first child runs, on another core
+    # The warm-up starts once the first run is forked (that run would have paid for
+    # it too) and goes on beside the runs; a fork waits for it to end, as a thread
+    # must not be copied halfway through an import.
+    warm_up: threading.Thread | None = None
     running: set[int] = set()
     pending = b""
     while True:
+        if running and warm_up is None:
+            warm_up = threading.Thread(target=_warm_up, name="gbfix-warm-up")
+            warm_up.start()
         # Several runs may go at once: poll for ended children while waiting for requests.
         ready, _, _ = select.select([0], [], [], 0.02 if running else None)
         for pid, rc in _reap(running):
@@ -87,6 +128,8 @@ def serve() -> int:
         while b"\n" in pending:
             line, _, pending = pending.partition(b"\n")
             request = json.loads(line)
+            if warm_up is not None:
+                warm_up.join()
             why = _fork_unsafe()
             if why is not None:
                 replies.write(json.dumps({"refused": why}) + "\n")
@@ -95,12 +138,9 @@ def serve() -> int:
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
-                return _child(request, replies)
+                _child(request, replies)
             running.add(pid)
             replies.write(json.dumps({"pid": pid}) + "\n")
-            if later:
-                _preload(tuple(later))
-                later.clear()
 
 
 def _reap(running: set[int]) -> list[tuple[int, int]]:
@@ -122,6 +162,4 @@ def _kill(pid: int) -> None:
 
 
 if __name__ == "__main__":
-    # In a forked child this is the run's exit: atexit handlers and stream flushes
-    # happen as at the end of any interpreter.
     sys.exit(serve())
