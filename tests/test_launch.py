@@ -34,6 +34,7 @@ SCRIPT = textwrap.dedent(
         torch.manual_seed(0)
         print(f(torch.randn(3)).sum().item())
         warnings.warn("done")
+        print("OMP_WAIT_POLICY", os.environ.get("OMP_WAIT_POLICY"))
         # What the end of the interpreter does: stop executors' idle workers, wait
         # for other threads, run atexit handlers.
         concurrent.futures.ThreadPoolExecutor(2).submit(time.sleep, 0.01)
@@ -81,6 +82,14 @@ def test_a_run_ends_as_the_interpreter_would(forked_and_fresh):
     # threads joined, then atexit handlers, also when the run skips the teardown of its modules
     for run in forked_and_fresh:
         assert run.stdout.endswith("thread finished\natexit handler ran\n")
+
+
+def test_runs_wait_for_openmp_passively_unless_the_user_says_otherwise(forked_and_fresh, root, monkeypatch):
+    # spinning OpenMP threads of one run take the cores of the run beside it
+    assert all("OMP_WAIT_POLICY PASSIVE" in run.stdout for run in forked_and_fresh)
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    own = Prober(parse("python ex.py", root), root / "omp").run(backend="none")
+    assert "OMP_WAIT_POLICY ACTIVE" in own.stdout
 
 
 def test_the_prober_keeps_only_the_runs_it_may_still_have_to_stop(forked_and_fresh, warm):

@@ -51,6 +51,10 @@ class Prober:
             "PYTHONDONTWRITEBYTECODE": "1",  # never litter the user's tree with __pycache__
             "PYTHONHASHSEED": "0",  # same set/dict iteration order in every run
             "PYTHONUNBUFFERED": "1",
+            # Runs overlap on few cores: OpenMP threads that spin while idle (libgomp's
+            # default) take the cores from the other run's, 2-3x slower each. Waiting
+            # passively changes no result (same threads, same work split).
+            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE"),
         }
         # The worker imports torch before its first fork: not a run, so not held to the run limit.
         self.launcher = Warm(entry.cwd, env, workdir / "worker.log", max(timeout, 300.0)) if warm else Fresh(entry.cwd, env)
