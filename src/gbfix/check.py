@@ -55,17 +55,16 @@ def detect(
     started = time.perf_counter()
     the_entry = resolve(entry_text, targets, Path.cwd())
     files = collect(targets)
-    key = result_cache.key(the_entry, "check", files) if cache else None
-    run = result_cache.load(key) if key is not None else None
-    reused = isinstance(run, RunResult)
-    if reused:
-        progress("unchanged since an earlier run: reusing its detection run")
-    else:
+
+    def detection_run() -> RunResult:
         with tempfile.TemporaryDirectory(prefix="gbfix-") as workdir:
             progress(f"detection run of `{the_entry.text}`")
-            run = Prober(the_entry, Path(workdir), timeout).baseline()
-        if key is not None:
-            result_cache.store(key, run, run.sources, files)
+            return Prober(the_entry, Path(workdir), timeout).baseline()
+
+    key = result_cache.key(the_entry, "check", files) if cache else None
+    run, reused = result_cache.reuse_or_run(key, RunResult, detection_run, lambda r: r.sources, files)
+    if reused:
+        progress("unchanged since an earlier run: reusing its detection run")
     locator = Locator(files)
     sites: dict[tuple, Site] = {}
     outside: list[Break] = []

@@ -718,22 +718,26 @@ def fix(
     ``cache``: reuse the result of an earlier run on the same code, and file this one.
     """
     targets = sources.collect(paths)
-    key = result_cache.key(entry, opts, targets) if cache else None
-    if key is not None and isinstance(reused := result_cache.load(key), Result):
-        progress("unchanged since an earlier run: reusing its verified result")
-        return replace(
-            reused, runs=0, seconds=0.0, notes=(*reused.notes, result_cache.REUSED.format(what="verified result"))
-        )
-    with tempfile.TemporaryDirectory(prefix="gbfix-") as workdir:
-        session = _Session(entry, targets, opts, Path(workdir), progress)
-        try:
-            result = session.run()
-        finally:
-            session.prober.close()
-    if key is not None:
-        loaded = (*result.baseline.sources, *(result.final.sources if result.final else ()))
-        result_cache.store(key, result, loaded, result.originals)
-    return result
+
+    def run() -> Result:
+        with tempfile.TemporaryDirectory(prefix="gbfix-") as workdir:
+            session = _Session(entry, targets, opts, Path(workdir), progress)
+            try:
+                return session.run()
+            finally:
+                session.prober.close()
+
+    result, reused = result_cache.reuse_or_run(
+        result_cache.key(entry, opts, targets) if cache else None,
+        Result,
+        run,
+        lambda r: (*r.baseline.sources, *(r.final.sources if r.final else ())),
+        targets,
+    )
+    if not reused:
+        return result
+    progress("unchanged since an earlier run: reusing its verified result")
+    return replace(result, runs=0, seconds=0.0, notes=(*result.notes, result_cache.REUSED.format(what="verified result")))
 
 
 def write(result: Result) -> list[Path]:

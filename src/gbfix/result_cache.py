@@ -24,10 +24,10 @@ import sys
 import sysconfig
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from gbfix.entry import Entry
     from gbfix.sources import SourceFile
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 FORMAT = 1  # bump when what a cached result holds changes shape
 KEEP = 64  # results kept; the least recently used go first
 _ENV_PREFIXES = ("TORCH", "PYTORCH", "CUDA", "OMP_", "MKL_", "PYTHON", "LD_")
+T = TypeVar("T")
 REUSED = "the program and the files it loads are unchanged since an earlier run: its {what} is reused (--no-cache runs it again)"
 
 
@@ -140,3 +141,16 @@ def store(key: str, result: object, loaded: Iterable[str], targets: Iterable[Pat
             old.unlink(missing_ok=True)
     except Exception:  # noqa: BLE001 - a full disk, or a result that does not pickle
         Path(tmp).unlink(missing_ok=True)
+
+
+def reuse_or_run(
+    key: str | None, kind: type[T], run: Callable[[], T], loaded: Callable[[T], Iterable[str]], targets: Iterable[Path]
+) -> tuple[T, bool]:
+    """The ``kind`` an earlier run filed under ``key`` and True; else ``run()``'s, filed
+    with the files it ``loaded``, and False. No ``key``: no cache, ``run()`` every time."""
+    if key is not None and isinstance(earlier := load(key), kind):
+        return earlier, True
+    value = run()
+    if key is not None:
+        store(key, value, loaded(value), targets)
+    return value, False
