@@ -97,29 +97,34 @@ def measure(files: int, touched: int, breaking: int) -> dict[str, float]:
 
     parsed: list[Path] = []
     child = [0.0]
-    real_init, real_run = locate.ParsedFile.__init__, detect.Prober.run
+    real_init, real_start, real_result = locate.ParsedFile.__init__, detect.Prober.start, detect.Pending.result
 
     def counting_init(self, source):
         parsed.append(source.path)
         real_init(self, source)
 
-    def timed_run(self, *args, **kwargs):
-        started = time.perf_counter()
-        try:
-            return real_run(self, *args, **kwargs)
-        finally:
-            child[0] += time.perf_counter() - started
+    def timed(real):
+        # Waiting on runs: their start (the first one boots the warm worker) and their
+        # results, whether run one by one or started to go side by side.
+        def wrapper(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                child[0] += time.perf_counter() - started
+
+        return wrapper
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         make_repo(root, files, touched, breaking)
-        locate.ParsedFile.__init__, detect.Prober.run = counting_init, timed_run
+        locate.ParsedFile.__init__, detect.Prober.start, detect.Pending.result = counting_init, timed(real_start), timed(real_result)
         try:
             started = time.perf_counter()
             result = engine.fix([root], parse("python run.py", root), engine.Options())
             total = time.perf_counter() - started
         finally:
-            locate.ParsedFile.__init__, detect.Prober.run = real_init, real_run
+            locate.ParsedFile.__init__, detect.Prober.start, detect.Pending.result = real_init, real_start, real_result
     return {
         "files": files,
         "touched": touched,
