@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -60,3 +61,15 @@ def changed(before: str, after: str | None) -> list[str]:
     assert after is not None, "the recipe declined"
     old = set(textwrap.dedent(before).splitlines())
     return [line.strip() for line in after.splitlines() if line not in old]
+
+
+def processes_in(folder: Path) -> list[int]:
+    """The processes whose working directory is ``folder`` (gbfix's warm worker runs in the entry's)."""
+    out = []
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            if os.readlink(f"/proc/{pid}/cwd") == str(folder):
+                out.append(int(pid))
+        except OSError:
+            pass
+    return out

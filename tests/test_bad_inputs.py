@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURES
+from tests.helpers import processes_in
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
@@ -47,6 +48,7 @@ def test_missing_path_is_reported_before_a_missing_entry(gbfix, bad):
 def test_syntax_error_in_target(gbfix, bad):
     proc = gbfix("--entry", "python raises.py", "syntax_error.py", cwd=bad)
     assert_one_line_error(proc, "syntax_error.py:4", "syntax error")
+    assert processes_in(bad) == []  # the warm worker, booted before the targets are read, is gone
 
 
 def test_non_utf8_target(gbfix, bad):

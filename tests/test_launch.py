@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from gbfix.detect import Prober, RunFailed
+from gbfix.detect import Prober, RunFailed, warm_worker
 from gbfix.entry import parse
+from tests.helpers import processes_in
 
 SCRIPT = textwrap.dedent(
     """
@@ -117,7 +118,8 @@ def test_a_hanging_forked_run_is_killed_with_its_group_and_the_worker_goes_on(tm
         assert time.monotonic() - started < 30
         pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
         holding = [p for p in pids if _holds_files_in(p, str(tmp_path / "work"))]
-        assert holding == [prober.launcher.proc.pid]  # the worker (its log) is left, not the run
+        assert holding == []  # the run is gone (its output files were there)
+        assert prober.launcher.proc.poll() is None  # the worker is not
         (tmp_path / "HANG").unlink()
         assert "inside 3" in prober.run(backend="none").stdout
         assert not prober.notes
@@ -188,3 +190,18 @@ def test_a_forked_inductor_run_after_the_workers_warm_up_keeps_the_programs_indu
     finally:
         prober.close()
     assert forked.stdout == fresh.stdout == "4032.0 vectorised: False\n"
+
+
+def test_a_worker_booted_early_is_the_one_the_prober_forks_from_and_leaves_nothing(tmp_path):
+    (tmp_path / "ex.py").write_text(SCRIPT)
+    worker = warm_worker(parse("python ex.py", tmp_path), timeout=60)
+    assert worker is not None and worker.proc is not None  # booting before any run
+    server, log = worker.proc.pid, worker.log
+    prober = Prober(parse("python ex.py", tmp_path), tmp_path / "work", timeout=60, worker=worker)
+    try:
+        assert "inside 3" in prober.run(backend="none").stdout
+        assert prober.launcher.proc.pid == server and not prober.notes
+    finally:
+        prober.close()
+    assert worker.proc is None and not log.exists()
+    assert processes_in(tmp_path) == []

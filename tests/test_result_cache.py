@@ -8,6 +8,7 @@ import shutil
 import pytest
 
 from tests.conftest import FIXTURES, run_gbfix
+from tests.helpers import processes_in
 
 ENTRY = ("--entry", "python run.py", "pkg")
 RAN = "] baseline run of"
@@ -27,7 +28,9 @@ def runs(tmp_path_factory):
     blocks = root / "pkg" / "blocks.py"
     original = blocks.read_bytes()
     out = {"check": gbfix("check"), "check_again": gbfix("check")}
-    out |= {"fresh": gbfix("--dry-run"), "again": gbfix("--dry-run"), "apply": gbfix("--apply")}
+    out |= {"fresh": gbfix("--dry-run"), "again": gbfix("--dry-run")}
+    out["left_after_reuse"] = processes_in(root)  # the worker booted early, then not needed
+    out["apply"] = gbfix("--apply")
     out["applied"] = blocks.read_bytes()
     blocks.write_bytes(original)  # back to the code the cached result is for...
     with open(root / "run.py", "a", encoding="utf-8") as f:
@@ -49,6 +52,11 @@ def test_unchanged_code_reuses_the_verified_result_without_running(runs):
     assert RAN not in again.stderr and REUSED in again.stderr, again.stderr
     assert again.stdout == fresh.stdout and "+++ b/pkg/blocks.py" in again.stdout
     assert "note: the program and the files it loads are unchanged" in again.stderr
+
+
+def test_a_reused_result_leaves_no_worker_behind(runs):
+    assert REUSED in runs["again"].stderr
+    assert runs["left_after_reuse"] == []
 
 
 def test_apply_after_dry_run_writes_the_reused_edits(runs):

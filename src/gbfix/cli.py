@@ -158,8 +158,8 @@ def fix(
     PATHS are the files and folders gbfix may edit (default: `targets` of [tool.gbfix], else
     the current folder). Exit codes: 0 nothing left to fix, 1 breaks found or edits to make, 2 error.
     """
-    from gbfix import engine, formats, report  # libcst and the engine: only for this command
     from gbfix.config import resolve as settings_for
+    from gbfix.detect import warm_worker
     from gbfix.entry import resolve
     from gbfix.sources import check_paths
     from gbfix.suppress import Filter
@@ -170,14 +170,24 @@ def fix(
     targets = settings.targets()
     check_paths(targets)
     the_entry = resolve(entry, targets, Path.cwd())
-    opts = engine.Options(
-        unsafe_fixes=settings["unsafe-fixes"],
-        timeout=settings["timeout"],
-        fullgraph=settings["fullgraph"],
-        selection=Filter(settings["select"], settings["ignore"]),
-        backend=settings["backend"],
-    )
-    result, suppressed = report.filtered(engine.fix(targets, the_entry, opts, _progress(quiet), cache=not no_cache), opts.selection)
+    # The worker imports torch while gbfix imports LibCST and the engine (stopped unused
+    # when a cached result is reused).
+    worker = warm_worker(the_entry, settings["timeout"])
+    try:
+        from gbfix import engine, formats, report  # libcst and the engine: only for this command
+
+        opts = engine.Options(
+            unsafe_fixes=settings["unsafe-fixes"],
+            timeout=settings["timeout"],
+            fullgraph=settings["fullgraph"],
+            selection=Filter(settings["select"], settings["ignore"]),
+            backend=settings["backend"],
+        )
+        fixed = engine.fix(targets, the_entry, opts, _progress(quiet), cache=not no_cache, worker=worker)
+    finally:
+        if worker is not None:
+            worker.close()
+    result, suppressed = report.filtered(fixed, opts.selection)
     applied = mode == "apply"
     if fmt == "text":
         for finding in result.findings:

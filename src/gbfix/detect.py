@@ -33,12 +33,41 @@ def _tail(path: Path) -> str:
     return lines[-1] if lines else ""
 
 
+def _run_env() -> dict[str, str]:
+    """The environment of every run: the user's, and what makes runs comparable."""
+    return {
+        **os.environ,
+        "PYTHONDONTWRITEBYTECODE": "1",  # never litter the user's tree with __pycache__
+        "PYTHONHASHSEED": "0",  # same set/dict iteration order in every run
+        "PYTHONUNBUFFERED": "1",
+        # Runs overlap on few cores: OpenMP threads that spin while idle (libgomp's
+        # default) take the cores from the other run's, 2-3x slower each. Waiting
+        # passively changes no result (same threads, same work split).
+        "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE"),
+    }
+
+
+def warm_worker(entry: Entry, timeout: float = DEFAULT_TIMEOUT) -> Warm | None:
+    """A warm worker for the runs of ``entry``, booting now: its import of torch goes on
+    while gbfix loads its own modules and reads the targets. None without torch (the
+    Prober says so). Hand it to a ``Prober``, or ``close`` it."""
+    if torch_dir() is None:
+        return None
+    # The worker imports torch before its first fork: not a run, so not held to the run limit.
+    worker = Warm(entry.cwd, _run_env(), max(timeout, 300.0))
+    worker.boot()
+    return worker
+
+
 class Prober:
     """Runs the entry in child processes; each run gets its own scratch folder."""
 
-    def __init__(self, entry: Entry, workdir: Path, timeout: float = DEFAULT_TIMEOUT, warm: bool = False) -> None:
+    def __init__(
+        self, entry: Entry, workdir: Path, timeout: float = DEFAULT_TIMEOUT, warm: bool = False, worker: Warm | None = None
+    ) -> None:
         """``warm``: fork runs from a worker that imports torch once (for many runs;
-        a single run gains nothing). Call ``close`` when done."""
+        a single run gains nothing); ``worker``: that worker, booted earlier
+        (``warm_worker``). Call ``close`` when done: it stops the worker too."""
         if torch_dir() is None:
             raise GbfixError(f"torch is not installed for {sys.executable}; install it first (pip install torch)")
         self.entry = entry
@@ -46,18 +75,12 @@ class Prober:
         self.timeout = timeout
         self.runs = 0
         self.started: list[Pending] = []  # the runs not yet collected
-        env = {
-            **os.environ,
-            "PYTHONDONTWRITEBYTECODE": "1",  # never litter the user's tree with __pycache__
-            "PYTHONHASHSEED": "0",  # same set/dict iteration order in every run
-            "PYTHONUNBUFFERED": "1",
-            # Runs overlap on few cores: OpenMP threads that spin while idle (libgomp's
-            # default) take the cores from the other run's, 2-3x slower each. Waiting
-            # passively changes no result (same threads, same work split).
-            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE"),
-        }
-        # The worker imports torch before its first fork: not a run, so not held to the run limit.
-        self.launcher = Warm(entry.cwd, env, workdir / "worker.log", max(timeout, 300.0)) if warm else Fresh(entry.cwd, env)
+        if worker is not None:
+            self.launcher: Warm | Fresh = worker
+        elif warm:
+            self.launcher = Warm(entry.cwd, _run_env(), max(timeout, 300.0))
+        else:
+            self.launcher = Fresh(entry.cwd, _run_env())
 
     @property
     def notes(self) -> tuple[str, ...]:

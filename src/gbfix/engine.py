@@ -18,6 +18,7 @@ from gbfix import edits as edit_ops
 from gbfix import escape, fullgraph, recipes, result_cache, sources
 from gbfix.detect import Pending, Prober, RunFailed
 from gbfix.errors import EntryError
+from gbfix.launch import Warm
 from gbfix.entry import Entry
 from gbfix.linemap import LineMap
 from gbfix.locate import Locator, owned_frame
@@ -94,13 +95,15 @@ def message(brk: Break) -> str:
 class _Session:
     """One gbfix run: state shared by the rounds."""
 
-    def __init__(self, entry: Entry, targets: dict[Path, SourceFile], opts: Options, workdir: Path, progress) -> None:
+    def __init__(
+        self, entry: Entry, targets: dict[Path, SourceFile], opts: Options, workdir: Path, progress, worker: Warm | None
+    ) -> None:
         self.entry, self.opts, self.progress = entry, opts, progress
         self.originals = targets
         self.targets = set(targets)
         self.current: dict[Path, SourceFile] = dict(targets)  # the generation being edited
         self.to_original: dict[Path, LineMap] = {}  # current generation -> original lines
-        self.prober = Prober(entry, workdir, opts.timeout, warm=True)
+        self.prober = Prober(entry, workdir, opts.timeout, warm=True, worker=worker)
         self.ids = itertools.count(1)
         self.applied: dict[tuple[Path, frozenset[int]], bytes] = {}  # edits of one file -> its bytes, this generation
         self.outcomes: list[Outcome] = []
@@ -711,17 +714,23 @@ def _tolerated(edits: list[Edit]) -> frozenset[str]:
 
 
 def fix(
-    paths: list[Path], entry: Entry, opts: Options = Options(), progress: Callable[[str], None] = lambda _: None, cache: bool = False
+    paths: list[Path],
+    entry: Entry,
+    opts: Options = Options(),
+    progress: Callable[[str], None] = lambda _: None,
+    cache: bool = False,
+    worker: Warm | None = None,
 ) -> Result:
     """Find the breaks the entry hits in the target paths and compute verified edits.
 
     ``cache``: reuse the result of an earlier run on the same code, and file this one.
+    ``worker``: the warm worker to run the entry in (``detect.warm_worker``), already booting.
     """
     targets = sources.collect(paths)
 
     def run() -> Result:
         with tempfile.TemporaryDirectory(prefix="gbfix-") as workdir:
-            session = _Session(entry, targets, opts, Path(workdir), progress)
+            session = _Session(entry, targets, opts, Path(workdir), progress, worker)
             try:
                 return session.run()
             finally:

@@ -14,6 +14,7 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Protocol
@@ -113,9 +114,10 @@ class Warm:
     runs start fresh interpreters, and ``notes`` says so.
     """
 
-    def __init__(self, cwd: Path, env: dict[str, str], log: Path, startup_timeout: float) -> None:
+    def __init__(self, cwd: Path, env: dict[str, str], startup_timeout: float) -> None:
         self.fresh = Fresh(cwd, env)
-        self.log, self.startup_timeout = log, startup_timeout
+        self.startup_timeout = startup_timeout
+        self.log: Path | None = None  # the server's stderr, while it runs
         self.proc: subprocess.Popen | None = None
         self.buffer = b""
         self.exited: dict[int, int] = {}  # pid -> exit code, reported and not yet collected
@@ -136,18 +138,27 @@ class Warm:
                 self.close()
         return self.fresh.start(spec, stdout, stderr, extra_env)
 
+    def boot(self) -> None:
+        """Start the server now, so that its imports overlap what gbfix does next
+        (else the first run starts it)."""
+        if self.proc is not None or self.failed is not None:
+            return
+        fd, name = tempfile.mkstemp(prefix="gbfix-worker-", suffix=".log")
+        self.log = Path(name)
+        with os.fdopen(fd, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "gbfix.child.server"],
+                cwd=self.fresh.cwd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env=self.fresh.env,
+                start_new_session=True,  # Ctrl-C in the terminal reaches gbfix, which stops it
+            )
+
     def _fork(self, spec: Path, stdout: Path, stderr: Path, extra_env: dict[str, str]) -> _Forked:
-        if self.proc is None:
-            with open(self.log, "wb") as log:
-                self.proc = subprocess.Popen(
-                    [sys.executable, "-m", "gbfix.child.server"],
-                    cwd=self.fresh.cwd,
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=log,
-                    env=self.fresh.env,
-                    start_new_session=True,  # Ctrl-C in the terminal reaches gbfix, which stops it
-                )
+        self.boot()
+        assert self.proc is not None
         request = {"spec": str(spec), "stdout": str(stdout), "stderr": str(stderr), "cwd": str(self.fresh.cwd), "env": extra_env}
         assert self.proc.stdin is not None
         try:
@@ -193,7 +204,7 @@ class Warm:
         return reply
 
     def _death(self) -> str:
-        assert self.proc is not None
+        assert self.proc is not None and self.log is not None
         try:
             rc = self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -213,3 +224,5 @@ class Warm:
         for pipe in (proc.stdin, proc.stdout):
             if pipe:
                 pipe.close()
+        if self.log is not None:
+            self.log.unlink(missing_ok=True)
