@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import textwrap
 import time
 
@@ -205,3 +206,16 @@ def test_a_worker_booted_early_is_the_one_the_prober_forks_from_and_leaves_nothi
         prober.close()
     assert worker.proc is None and not log.exists()
     assert processes_in(tmp_path) == []
+
+
+def test_a_worker_that_cannot_start_leaves_runs_to_fresh_interpreters_and_says_so(tmp_path, monkeypatch):
+    (tmp_path / "ex.py").write_text(SCRIPT)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "gone"))  # nowhere for the worker's log
+    worker = warm_worker(parse("python ex.py", tmp_path), timeout=60)
+    assert worker is not None and worker.proc is None and "did not start" in worker.failed
+    prober = Prober(parse("python ex.py", tmp_path), tmp_path / "work", timeout=60, worker=worker)
+    try:
+        assert "inside 3" in prober.run(backend="none").stdout
+        assert prober.notes and "fresh interpreter" in prober.notes[0] and "did not start" in prober.notes[0]
+    finally:
+        prober.close()

@@ -18,8 +18,8 @@ from gbfix import edits as edit_ops
 from gbfix import escape, fullgraph, recipes, result_cache, sources
 from gbfix.detect import Pending, Prober, RunFailed
 from gbfix.errors import EntryError
-from gbfix.launch import Warm
 from gbfix.entry import Entry
+from gbfix.launch import Warm
 from gbfix.linemap import LineMap
 from gbfix.locate import Locator, owned_frame
 from gbfix.records import Break, Edit, ObservedCall, Outcome, RunResult, Site, Status

@@ -109,9 +109,9 @@ class _Forked:
 class Warm:
     """Runs forked from one ``gbfix.child.server`` that imported torch once.
 
-    The server starts with the first run (its imports overlap nothing: that run
-    would have paid them too). When it refuses to fork or dies, this and later
-    runs start fresh interpreters, and ``notes`` says so.
+    The server starts with the first run, or before it with ``boot`` (so that its
+    imports overlap gbfix's own work). When it cannot start, refuses to fork or
+    dies, this and later runs start fresh interpreters, and ``notes`` says so.
     """
 
     def __init__(self, cwd: Path, env: dict[str, str], startup_timeout: float) -> None:
@@ -143,22 +143,27 @@ class Warm:
         (else the first run starts it)."""
         if self.proc is not None or self.failed is not None:
             return
-        fd, name = tempfile.mkstemp(prefix="gbfix-worker-", suffix=".log")
-        self.log = Path(name)
-        with os.fdopen(fd, "wb") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "gbfix.child.server"],
-                cwd=self.fresh.cwd,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                env=self.fresh.env,
-                start_new_session=True,  # Ctrl-C in the terminal reaches gbfix, which stops it
-            )
+        try:
+            fd, name = tempfile.mkstemp(prefix="gbfix-worker-", suffix=".log")
+            self.log = Path(name)
+            with os.fdopen(fd, "wb") as log:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "gbfix.child.server"],
+                    cwd=self.fresh.cwd,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=log,
+                    env=self.fresh.env,
+                    start_new_session=True,  # Ctrl-C in the terminal reaches gbfix, which stops it
+                )
+        except OSError as e:  # runs start fresh interpreters instead, and say why
+            self.failed = f"the warm worker did not start: {e}"
+            self.close()
 
     def _fork(self, spec: Path, stdout: Path, stderr: Path, extra_env: dict[str, str]) -> _Forked:
         self.boot()
-        assert self.proc is not None
+        if self.proc is None:
+            raise WorkerLost(self.failed or "the warm worker did not start")
         request = {"spec": str(spec), "stdout": str(stdout), "stderr": str(stderr), "cwd": str(self.fresh.cwd), "env": extra_env}
         assert self.proc.stdin is not None
         try:
@@ -217,12 +222,11 @@ class Warm:
         nothing to save (each run is a child in a group of its own), and an
         interpreter with torch loaded takes over a second to shut down."""
         proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        kill_group(proc.pid)
-        proc.wait()
-        for pipe in (proc.stdin, proc.stdout):
-            if pipe:
-                pipe.close()
+        if proc is not None:
+            kill_group(proc.pid)
+            proc.wait()
+            for pipe in (proc.stdin, proc.stdout):
+                if pipe:
+                    pipe.close()
         if self.log is not None:
             self.log.unlink(missing_ok=True)
