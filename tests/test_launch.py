@@ -50,6 +50,11 @@ SCRIPT = textwrap.dedent(
 )
 
 
+def _warm_prober(entry, workdir, timeout: float) -> Prober:
+    """A prober forking its runs from a warm worker, as gbfix's engine uses."""
+    return Prober(entry, workdir, timeout=timeout, worker=warm_worker(entry, timeout))
+
+
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
     root = tmp_path_factory.mktemp("launch")
@@ -59,7 +64,7 @@ def root(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def warm(root):
-    prober = Prober(parse("python ex.py", root), root / "warm", timeout=60, warm=True)
+    prober = _warm_prober(parse("python ex.py", root), root / "warm", 60)
     yield prober
     prober.close()
 
@@ -109,7 +114,7 @@ def test_dynamo_can_be_off_in_a_forked_run(forked_and_fresh, warm):
 
 def test_a_hanging_forked_run_is_killed_with_its_group_and_the_worker_goes_on(tmp_path):
     (tmp_path / "ex.py").write_text(SCRIPT)
-    prober = Prober(parse("python ex.py", tmp_path), tmp_path / "work", timeout=8, warm=True)
+    prober = _warm_prober(parse("python ex.py", tmp_path), tmp_path / "work", 8)
     try:
         prober.run(backend="none")  # starts the worker
         (tmp_path / "HANG").touch()
@@ -137,7 +142,7 @@ def _holds_files_in(pid: int, text: str) -> bool:
 
 
 def test_sys_exit_in_a_forked_run_is_a_one_line_failure(root):
-    prober = Prober(parse("python ex.py exit", root), root / "exit", timeout=60, warm=True)
+    prober = _warm_prober(parse("python ex.py exit", root), root / "exit", 60)
     try:
         with pytest.raises(RunFailed, match=r"sys.exit\(3\)"):
             prober.run()
@@ -149,7 +154,7 @@ def test_a_worker_that_must_not_fork_falls_back_to_fresh_interpreters_and_says_s
     # A sitecustomize that starts a thread: forking a threaded process is unsound.
     (tmp_path / "sitecustomize.py").write_text("import threading, time\nthreading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
-    prober = Prober(parse("python ex.py", root), root / "threaded", timeout=120, warm=True)
+    prober = _warm_prober(parse("python ex.py", root), root / "threaded", 120)
     try:
         result = prober.run(backend="none")
         assert "inside 3" in result.stdout
@@ -183,7 +188,7 @@ def test_a_forked_inductor_run_after_the_workers_warm_up_keeps_the_programs_indu
     (tmp_path / "ind.py").write_text(INDUCTOR_SCRIPT)
     entry = parse("python ind.py", tmp_path)
     fresh = Prober(entry, tmp_path / "fresh").run(backend="own")
-    prober = Prober(entry, tmp_path / "warm", timeout=300, warm=True)
+    prober = _warm_prober(entry, tmp_path / "warm", 300)
     try:
         prober.run(backend="none")  # the first fork; the warm-up goes on beside it
         forked = prober.run(backend="own")

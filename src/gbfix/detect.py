@@ -49,8 +49,8 @@ def _run_env() -> dict[str, str]:
 
 def warm_worker(entry: Entry, timeout: float = DEFAULT_TIMEOUT) -> Warm | None:
     """A warm worker for the runs of ``entry``, booting now: its import of torch goes on
-    while gbfix loads its own modules and reads the targets. None without torch (the
-    Prober says so). Hand it to a ``Prober``, or ``close`` it."""
+    while the caller does other work (gbfix loading its own modules). None without
+    torch (the Prober says so). Hand it to a ``Prober``, or ``close`` it."""
     if torch_dir() is None:
         return None
     # The worker imports torch before its first fork: not a run, so not held to the run limit.
@@ -62,12 +62,10 @@ def warm_worker(entry: Entry, timeout: float = DEFAULT_TIMEOUT) -> Warm | None:
 class Prober:
     """Runs the entry in child processes; each run gets its own scratch folder."""
 
-    def __init__(
-        self, entry: Entry, workdir: Path, timeout: float = DEFAULT_TIMEOUT, warm: bool = False, worker: Warm | None = None
-    ) -> None:
-        """``warm``: fork runs from a worker that imports torch once (for many runs;
-        a single run gains nothing); ``worker``: that worker, booted earlier
-        (``warm_worker``). Call ``close`` when done: it stops the worker too."""
+    def __init__(self, entry: Entry, workdir: Path, timeout: float = DEFAULT_TIMEOUT, worker: Warm | None = None) -> None:
+        """``worker``: fork the runs from this warm worker (``warm_worker``), which
+        imported torch once (for many runs; a single run gains nothing); None: each
+        run starts a fresh interpreter. Call ``close`` when done: it stops the worker too."""
         if torch_dir() is None:
             raise GbfixError(f"torch is not installed for {sys.executable}; install it first (pip install torch)")
         self.entry = entry
@@ -75,12 +73,7 @@ class Prober:
         self.timeout = timeout
         self.runs = 0
         self.started: list[Pending] = []  # the runs not yet collected
-        if worker is not None:
-            self.launcher: Warm | Fresh = worker
-        elif warm:
-            self.launcher = Warm(entry.cwd, _run_env(), max(timeout, 300.0))
-        else:
-            self.launcher = Fresh(entry.cwd, _run_env())
+        self.launcher: Warm | Fresh = worker if worker is not None else Fresh(entry.cwd, _run_env())
 
     @property
     def notes(self) -> tuple[str, ...]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gbfix import edits as edit_ops
 from gbfix import escape, fullgraph, recipes, result_cache, sources
-from gbfix.detect import Pending, Prober, RunFailed
+from gbfix.detect import Pending, Prober, RunFailed, warm_worker
 from gbfix.errors import EntryError
 from gbfix.entry import Entry
 from gbfix.launch import Warm
@@ -103,7 +103,7 @@ class _Session:
         self.targets = set(targets)
         self.current: dict[Path, SourceFile] = dict(targets)  # the generation being edited
         self.to_original: dict[Path, LineMap] = {}  # current generation -> original lines
-        self.prober = Prober(entry, workdir, opts.timeout, warm=True, worker=worker)
+        self.prober = Prober(entry, workdir, opts.timeout, worker=worker or warm_worker(entry, opts.timeout))
         self.ids = itertools.count(1)
         self.applied: dict[tuple[Path, frozenset[int]], bytes] = {}  # edits of one file -> its bytes, this generation
         self.outcomes: list[Outcome] = []
@@ -724,7 +724,8 @@ def fix(
     """Find the breaks the entry hits in the target paths and compute verified edits.
 
     ``cache``: reuse the result of an earlier run on the same code, and file this one.
-    ``worker``: the warm worker to run the entry in (``detect.warm_worker``), already booting.
+    ``worker``: the warm worker to run the entry in (``detect.warm_worker``), already
+    booting; else one starts with the first run.
     """
     targets = sources.collect(paths)
 
