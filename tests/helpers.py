@@ -47,6 +47,20 @@ def rewrite_at(
     return edits.apply(parsed, [rw.edit(0, site, recipe, parsed)]).decode()
 
 
+def line_site(source: str, needle: str, nth: int = 0) -> tuple[int, int, int]:
+    """(line, col, end_col) of the nth line holding ``needle``: the span Dynamo gives a call
+    (from the needle to the end of its line)."""
+    hits = [(i, text) for i, text in enumerate(source.splitlines(), 1) if needle in text]
+    line, text = hits[nth]
+    return line, text.index(needle), len(text.rstrip())
+
+
+def rewrite_line(source: str, recipe, needle: str, code: str, nth: int = 0, **kw) -> str | None:
+    """``rewrite_at`` the ``line_site`` of ``needle``."""
+    source = textwrap.dedent(source)
+    return rewrite_at(source, recipe, *line_site(source, needle, nth), code, **kw)
+
+
 def at(source: str, needle: str, recipe, code: str, nth: int = 0) -> str | None:
     """Rewrite at the nth occurrence of ``needle``, the span Dynamo reports."""
     source = textwrap.dedent(source)

@@ -17,7 +17,7 @@ from gbfix.entry import parse
 from gbfix.recipes.logging_call import LoggerToOp
 from gbfix.recipes.print_op import PrintToOp
 from gbfix.recipes.warn_call import WarnToOp
-from tests.recipes.test_print_logging import _rewrite
+from tests.helpers import rewrite_line
 
 MODEL = """\
 import json
@@ -56,10 +56,10 @@ if __name__ == "__main__":
 
 
 def test_ops_run_once_per_call_in_order_and_stay_cacheable(tmp_path: Path):
-    source = _rewrite(MODEL, LoggerToOp, 'logger.info("first")', "GB0291")
-    source = _rewrite(source, LoggerToOp, 'logger.info("third")', "GB0291")
-    source = _rewrite(source, WarnToOp, "warnings.warn(", "GB0007")
-    source = _rewrite(source, PrintToOp, "print(f\"rows", "GB0059")
+    source = rewrite_line(MODEL, LoggerToOp, 'logger.info("first")', "GB0291")
+    source = rewrite_line(source, LoggerToOp, 'logger.info("third")', "GB0291")
+    source = rewrite_line(source, WarnToOp, "warnings.warn(", "GB0007")
+    source = rewrite_line(source, PrintToOp, "print(f\"rows", "GB0059")
     assert "logger.info(" not in source and "warnings.warn(" not in source and "print(f\"rows" not in source
     script = tmp_path / "model.py"
     script.write_text(source, encoding="utf-8")

@@ -17,21 +17,9 @@ from gbfix.recipes.print_call import PrintToHop, PrintToHopKeepTensor
 from gbfix.recipes.print_op import PrintToOp
 from gbfix.recipes.warn_call import WarnToLeaf, WarnToOp
 from gbfix.rules import parse
-from tests.helpers import ALL_CAPABILITIES, rewrite_at
+from tests.helpers import ALL_CAPABILITIES, line_site, rewrite_at, rewrite_line
 
 RULES = Path(__file__).resolve().parents[2] / "rules"
-
-
-def _site(source: str, needle: str, nth: int = 0) -> tuple[int, int, int]:
-    """(line, col, end_col) of the nth line holding ``needle``: the span Dynamo gives a call."""
-    hits = [(i, text) for i, text in enumerate(source.splitlines(), 1) if needle in text]
-    line, text = hits[nth]
-    return line, text.index(needle), len(text.rstrip())
-
-
-def _rewrite(source: str, recipe, needle: str, code: str, nth: int = 0, **kw) -> str | None:
-    source = textwrap.dedent(source)
-    return rewrite_at(source, recipe, *_site(source, needle, nth), code, **kw)
 
 
 def _rule(code: str, title: str):
@@ -46,7 +34,7 @@ PRINT_SITE = "import torch\n\n\ndef f(x, i, s):\n    {stmt}\n    return x\n"
 def _print(stmt: str, head: str = "") -> str | None:
     """The rewritten statement, or None when the recipe declines."""
     source = head + PRINT_SITE.format(stmt=stmt)
-    out = rewrite_at(source, PrintToHop, *_site(source, stmt), "GB0059")
+    out = rewrite_at(source, PrintToHop, *line_site(source, stmt), "GB0059")
     if out is None:
         return None
     return out.splitlines()[source.splitlines().index("    " + stmt)].strip()
@@ -54,18 +42,18 @@ def _print(stmt: str, head: str = "") -> str | None:
 
 def test_print_rule_examples():
     first = _rule("GB0059", "f-string")
-    assert _rewrite(first.before, PrintToOp, "print(f", "GB0059") == first.after
+    assert rewrite_line(first.before, PrintToOp, "print(f", "GB0059") == first.after
     second = _rule("GB0059", "print with a separator")
-    once = _rewrite(second.before, PrintToOp, 'print("normalizing"', "GB0059")
-    assert _rewrite(once, PrintToOp, 'print("norms"', "GB0059") == second.after
+    once = rewrite_line(second.before, PrintToOp, 'print("normalizing"', "GB0059")
+    assert rewrite_line(once, PrintToOp, 'print("norms"', "GB0059") == second.after
     # print-to-hop writes the same call to torch's print op, without the helper
-    hop = _rewrite(first.before, PrintToHop, "print(f", "GB0059")
+    hop = rewrite_line(first.before, PrintToHop, "print(f", "GB0059")
     assert 'torch._higher_order_ops.print("step {}: mean {:.4f} shape {}", step, logits.mean(), str(tuple(logits.shape)))' in hop
 
 
 def test_print_rule_not_fixed():
     example = _rule("GB0059", "a progress line")
-    assert _rewrite(example.before, PrintToHop, "print(f", "GB0059") is None
+    assert rewrite_line(example.before, PrintToHop, "print(f", "GB0059") is None
 
 
 @pytest.mark.parametrize(
@@ -138,7 +126,7 @@ def test_print_declines_a_break_inside_its_arguments():
 
 def test_print_needs_the_op():
     source = PRINT_SITE.format(stmt="print(x)")
-    assert rewrite_at(source, PrintToHop, *_site(source, "print(x)"), "GB0059", capabilities=frozenset()) is None
+    assert rewrite_at(source, PrintToHop, *line_site(source, "print(x)"), "GB0059", capabilities=frozenset()) is None
 
 
 def test_print_multiline_call_and_import_added():
@@ -191,7 +179,7 @@ def test_print_rewrite_prints_the_same_text(stmt):
 
 def _print_op(stmt: str, source: str = PRINT_SITE, **kw) -> str | None:
     source = source.format(stmt=stmt)
-    return rewrite_at(source, PrintToOp, *_site(source, stmt), "GB0059", **kw)
+    return rewrite_at(source, PrintToOp, *line_site(source, stmt), "GB0059", **kw)
 
 
 def test_print_op_calls_the_helper_with_print_to_hops_format():
@@ -239,7 +227,7 @@ class M(torch.nn.Module):
 
 def _log(stmt: str, module: str = LOG_MODULE, recipe=LoggerToOp, **kw) -> str | None:
     kw.setdefault("capabilities", ALL_CAPABILITIES)
-    return _rewrite(module.replace("{stmt}", stmt), recipe, stmt.splitlines()[0], "GB0291", **kw)
+    return rewrite_line(module.replace("{stmt}", stmt), recipe, stmt.splitlines()[0], "GB0291", **kw)
 
 
 def _log_call(stmt: str, **kw) -> str | None:
@@ -250,19 +238,19 @@ def _log_call(stmt: str, **kw) -> str | None:
 
 def test_logging_rule_example():
     example = _rule("GB0291", "deprecation warning")
-    assert _rewrite(example.before, LoggerToOp, "logger.warning(", "GB0291", capabilities=ALL_CAPABILITIES) == example.after
+    assert rewrite_line(example.before, LoggerToOp, "logger.warning(", "GB0291", capabilities=ALL_CAPABILITIES) == example.after
 
 
 def test_logging_rule_example_leaf():
     example = _rule("GB0291", "a tensor in the message, on the eager backend")
-    assert _rewrite(example.before, LoggerToOp, "logger.debug(", "GB0291", capabilities=ALL_CAPABILITIES) is None
-    assert _rewrite(example.before, LoggerToLeaf, "logger.debug(", "GB0291", capabilities=ALL_CAPABILITIES) == example.after
+    assert rewrite_line(example.before, LoggerToOp, "logger.debug(", "GB0291", capabilities=ALL_CAPABILITIES) is None
+    assert rewrite_line(example.before, LoggerToLeaf, "logger.debug(", "GB0291", capabilities=ALL_CAPABILITIES) == example.after
 
 
 def test_logging_rule_not_fixed():
     # on inductor the engine withholds leaf_function: only the op route is left, and it declines
     example = _rule("GB0291", "a tensor in the message, on inductor")
-    assert _rewrite(example.before, LoggerToOp, "logger.debug(", "GB0291", capabilities=ALL_CAPABILITIES) is None
+    assert rewrite_line(example.before, LoggerToOp, "logger.debug(", "GB0291", capabilities=ALL_CAPABILITIES) is None
 
 
 def test_logging_op_helper():
@@ -287,14 +275,14 @@ def test_logging_op_helper():
 
 def test_logging_second_site_replaces_only_the_call():
     once = _log('logger.info("a")')
-    twice = _rewrite(once.replace('_gbfix_log("logger", "info", "a")', 'logger.debug("b %d", 1)'), LoggerToOp, "logger.debug(", "GB0291", capabilities=ALL_CAPABILITIES)
+    twice = rewrite_line(once.replace('_gbfix_log("logger", "info", "a")', 'logger.debug("b %d", 1)'), LoggerToOp, "logger.debug(", "GB0291", capabilities=ALL_CAPABILITIES)
     assert twice.count("def _gbfix_log(") == 1
     assert '_gbfix_log("logger", "debug", "b 1")' in twice
 
 
 def test_logging_op_and_leaf_helpers_side_by_side():
     once = _log('logger.info("a %s", x)', recipe=LoggerToLeaf)
-    twice = _rewrite(once.replace('_gbfix_log_leaf("logger", "info", "a %s", x)', 'logger.info("b")'), LoggerToOp, 'logger.info("b")', "GB0291", capabilities=ALL_CAPABILITIES)
+    twice = rewrite_line(once.replace('_gbfix_log_leaf("logger", "info", "a %s", x)', 'logger.info("b")'), LoggerToOp, 'logger.info("b")', "GB0291", capabilities=ALL_CAPABILITIES)
     assert twice.count("def _gbfix_log_leaf(") == 1 and twice.count("def _gbfix_log(") == 1
 
 
@@ -445,7 +433,7 @@ def f(x, category):
 
 
 def _warn(stmt: str, module: str = WARN_MODULE, recipe=WarnToOp) -> str | None:
-    out = _rewrite(module.replace("{stmt}", stmt), recipe, stmt.splitlines()[0], "GB0007", capabilities=ALL_CAPABILITIES)
+    out = rewrite_line(module.replace("{stmt}", stmt), recipe, stmt.splitlines()[0], "GB0007", capabilities=ALL_CAPABILITIES)
     return None if out is None else out[out.index("def f(") :]
 
 
@@ -455,7 +443,7 @@ def _line_of(source: str, needle: str) -> int:
 
 def test_warn_rule_example():
     example = _rule("GB0007", "deprecation warning")
-    after = _rewrite(example.before, WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES)
+    after = rewrite_line(example.before, WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES)
     assert after == example.after
     # the line written into the call is the call's own line in the rewritten file
     line = _line_of(after, '_gbfix_warn("')
@@ -464,8 +452,8 @@ def test_warn_rule_example():
 
 def test_warn_rule_example_leaf():
     example = _rule("GB0007", "a message formatted with values")
-    assert _rewrite(example.before, WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES) is None
-    assert _rewrite(example.before, WarnToLeaf, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES) == example.after
+    assert rewrite_line(example.before, WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES) is None
+    assert rewrite_line(example.before, WarnToLeaf, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES) == example.after
 
 
 @pytest.mark.parametrize(
@@ -480,15 +468,15 @@ def test_warn_rule_example_leaf():
     ],
 )
 def test_warn_op_rewrites(stmt, expected):
-    out = _rewrite(WARN_MODULE.replace("{stmt}", stmt), WarnToOp, stmt, "GB0007", capabilities=ALL_CAPABILITIES)
+    out = rewrite_line(WARN_MODULE.replace("{stmt}", stmt), WarnToOp, stmt, "GB0007", capabilities=ALL_CAPABILITIES)
     assert out is not None
     assert f"    {expected.format(line=_line_of(out, '    _gbfix_warn('))}\n" in out
 
 
 def test_warn_op_second_site_keeps_its_line():
-    once = _rewrite(WARN_MODULE.replace("{stmt}", 'warnings.warn("a")\n    warnings.warn("b")'), WarnToOp, 'warnings.warn("a")', "GB0007", capabilities=ALL_CAPABILITIES)
+    once = rewrite_line(WARN_MODULE.replace("{stmt}", 'warnings.warn("a")\n    warnings.warn("b")'), WarnToOp, 'warnings.warn("a")', "GB0007", capabilities=ALL_CAPABILITIES)
     line = _line_of(once, 'warnings.warn("b")')
-    twice = _rewrite(once, WarnToOp, 'warnings.warn("b")', "GB0007", capabilities=ALL_CAPABILITIES)
+    twice = rewrite_line(once, WarnToOp, 'warnings.warn("b")', "GB0007", capabilities=ALL_CAPABILITIES)
     assert twice.count("def _gbfix_warn(") == 1
     assert f'    _gbfix_warn("b", "UserWarning", {line})\n' in twice
     assert f'    _gbfix_warn("a", "UserWarning", {line - 1})\n' in twice
@@ -497,8 +485,8 @@ def test_warn_op_second_site_keeps_its_line():
 def test_adding_another_helper_renumbers_the_warn_calls():
     module = LOG_MODULE.replace("import logging\n", "import logging\nimport warnings\n")
     module = module.replace("{stmt}", 'warnings.warn("w")\n        logger.info("a")')
-    once = _rewrite(module, WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES)
-    twice = _rewrite(once, LoggerToOp, "logger.info(", "GB0291", capabilities=ALL_CAPABILITIES)
+    once = rewrite_line(module, WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES)
+    twice = rewrite_line(once, LoggerToOp, "logger.info(", "GB0291", capabilities=ALL_CAPABILITIES)
     # the log helper goes after the helpers already there (it uses their library), above the call
     assert twice.count("_gbfix_lib = torch.library.Library(") == 1
     assert twice.index("_gbfix_sink = ") < twice.index("def _gbfix_warn(") < twice.index("def _gbfix_log(")
@@ -509,17 +497,17 @@ def test_adding_another_helper_renumbers_the_warn_calls():
 
 def test_warn_op_keeps_a_multiline_call_layout():
     stmt = 'warnings.warn(\n        "m",\n        FutureWarning,\n        stacklevel=2,\n    )'
-    out = _rewrite(WARN_MODULE.replace("{stmt}", stmt), WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES)
+    out = rewrite_line(WARN_MODULE.replace("{stmt}", stmt), WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES)
     line = _line_of(out, "    _gbfix_warn(")
     assert f'    _gbfix_warn(\n        "m",\n        "FutureWarning",\n        {line},\n    )\n' in out
     stmt = 'warnings.warn(\n        "m",\n        FutureWarning,\n    )'
-    out = _rewrite(WARN_MODULE.replace("{stmt}", stmt), WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES)
+    out = rewrite_line(WARN_MODULE.replace("{stmt}", stmt), WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES)
     line = _line_of(out, "    _gbfix_warn(")
     assert f'    _gbfix_warn(\n        "m",\n        "FutureWarning",\n        {line},\n    )\n' in out
 
 
 def test_warn_op_helper_and_imports():
-    out = _rewrite(WARN_MODULE.replace("{stmt}", 'warnings.warn("m")'), WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES)
+    out = rewrite_line(WARN_MODULE.replace("{stmt}", 'warnings.warn("m")'), WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES)
     assert out.startswith("import warnings\n\nimport torch\nimport builtins\n\n\n# Added by gbfix: this module's run-time ops")
     assert out.count("def _gbfix_warn(") == 1
     assert "    warnings.warn_explicit(\n" in out
@@ -571,7 +559,7 @@ def test_warn_leaf_keeps_a_multiline_call_layout():
 
 
 def test_warn_leaf_helper_and_imports():
-    out = _rewrite(WARN_MODULE.replace("{stmt}", 'warnings.warn("m")'), WarnToLeaf, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES)
+    out = rewrite_line(WARN_MODULE.replace("{stmt}", 'warnings.warn("m")'), WarnToLeaf, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES)
     assert "import builtins" in out
     assert out.count("def _gbfix_warn_leaf(") == 1
     assert out.index("def _gbfix_warn_leaf(") < out.index("class LegacyWarning")
@@ -615,7 +603,7 @@ def test_warn_declines_a_shadowed_warnings_module(recipe):
 
 def test_warn_op_needs_register_fake():
     source = WARN_MODULE.replace("{stmt}", 'warnings.warn("m")')
-    assert _rewrite(source, WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES - {"register_fake"}) is None
+    assert rewrite_line(source, WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES - {"register_fake"}) is None
 
 
 def test_keep_tensor_passes_the_tensor_for_an_item_field():
