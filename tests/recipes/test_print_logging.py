@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-import textwrap
 import types
 from pathlib import Path
 
