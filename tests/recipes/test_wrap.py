@@ -11,8 +11,11 @@ from pathlib import Path
 import pytest
 
 from gbfix import rules
-from gbfix.records import ObservedCall, ValueSpec
+from gbfix.locate import ParsedFile
+from gbfix.records import Break, Cause, Frame, ObservedCall, Site, ValueSpec
+from gbfix.recipes.base import SiteContext
 from gbfix.recipes.wrap import RECIPES, WrapCustomOp, WrapLeafFunction, WrapNonstrictTrace
+from gbfix.sources import SourceFile
 from tests.helpers import ALL_CAPABILITIES, rewrite_at
 
 RULES = Path(__file__).resolve().parents[2] / "rules"
@@ -772,3 +775,16 @@ def test_nonstrict_trace_takes_names_that_change_and_constant_globals():
     assert grad_wrap(NAMED, _named_calls(names=("age", "country", "zip"), ks=(1, 1, 1)), WrapNonstrictTrace)
     source = NAMED.replace("    return h * k", "    return h * SCALE * k") + "\nSCALE = 0.5\n"
     assert grad_wrap(source, _named_calls(), WrapNonstrictTrace) is not None
+
+
+def test_a_decline_says_why():
+    """``Recipe.propose`` gives None and keeps the reason a recipe raised ``Decline`` with."""
+    source = _seeded(SEED, "    global N\n" + SEED)
+    line, col, end = _site(source, "torch.manual_seed")
+    parsed = ParsedFile(SourceFile(Path("/virtual/example.py"), source.encode(), source, "utf-8"))
+    brk = Break(causes=(Cause("GB0007", "GB0007", ""),), stack=(Frame("/virtual/example.py", line, col, end, "f"),))
+    site = Site(Path("/virtual/example.py"), line, col, end, brk)
+    recipe = WrapCustomOp()
+    ctx = SiteContext(site, parsed.node_at(line, col, end), parsed, ALL_CAPABILITIES, {})
+    assert recipe.propose(ctx) is None
+    assert recipe.declined == "rebinds a global"

@@ -68,6 +68,12 @@ class Rewrite:
         )
 
 
+class Decline(Exception):
+    """Raised by a recipe's ``anchor``/``rewrite``/``observe``: the site is not
+    one it can rewrite with the same behaviour; the message says why, for the
+    report of a site left unfixed."""
+
+
 class Recipe(cst.CSTTransformer):
     """Base class. Subclasses set the class attributes and implement ``anchor``,
     plus ``leave_*`` methods (or override ``rewrite``) that transform the anchor."""
@@ -92,9 +98,10 @@ class Recipe(cst.CSTTransformer):
         self.ctx: SiteContext | None = None
         self.imports: list[tuple[str, str | None]] = []
         self.helpers: list[tuple[str, str]] = []
+        self.declined: str | None = None  # why the last ``propose`` gave nothing, when the recipe said
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
-        """The node this recipe rewrites at the site, or None if it does not apply."""
+        """The node this recipe rewrites at the site; None (or ``Decline``) if it does not apply."""
         raise NotImplementedError
 
     def observe(self, ctx: SiteContext) -> cst.FunctionDef | None:
@@ -109,13 +116,18 @@ class Recipe(cst.CSTTransformer):
         return node.visit(self)
 
     def propose(self, ctx: SiteContext) -> Rewrite | None:
+        self.declined = None
         if not self.requires <= ctx.capabilities:
             return None
-        node = self.anchor(ctx)
-        if node is None:
+        try:
+            node = self.anchor(ctx)
+            if node is None:
+                return None
+            self.ctx, self.imports, self.helpers = ctx, [], []
+            new = self.rewrite(node)
+        except Decline as why:
+            self.declined = str(why)
             return None
-        self.ctx, self.imports, self.helpers = ctx, [], []
-        new = self.rewrite(node)
         if new is None or (isinstance(new, cst.CSTNode) and new.deep_equals(node)):
             return None
         return Rewrite(node, new, self.summary, tuple(dict.fromkeys(self.imports)), tuple(dict.fromkeys(self.helpers)))

@@ -103,7 +103,7 @@ from typing import ClassVar
 import libcst as cst
 from libcst.metadata import BuiltinAssignment
 
-from gbfix.recipes.base import Recipe, Replacement, SiteContext
+from gbfix.recipes.base import Decline, Recipe, Replacement, SiteContext
 from gbfix.recipes.print_call import global_bindings, qualified_names
 from gbfix.recipes.tree import nodes, variables
 from gbfix.records import ObservedCall, ValueSpec
@@ -136,10 +136,6 @@ _MAX_ITEMS = 64  # the observer describes the first 64 items of a sequence
 _FLOATING = re.compile(r"(torch\.)?(float|bfloat|half|double|complex|cfloat|cdouble)")
 
 
-class _Decline(Exception):
-    """The function cannot be wrapped with the same behaviour."""
-
-
 class _Wrap(Recipe):
     """What the recipes share: finding the function, checking it, deriving the fake."""
 
@@ -153,29 +149,26 @@ class _Wrap(Recipe):
     def observe(self, ctx: SiteContext) -> cst.FunctionDef | None:
         try:
             return self._function(ctx)
-        except _Decline:
+        except Decline:
             return None
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
-        try:
-            fn = self._function(ctx)
-            calls = ctx.observed.get((ctx.site.path, ctx.file.span(fn)[0][0]), ())
-            if not calls:
-                return None  # not observed yet, or never called in the uncompiled run
-            self._fn, self._calls = fn, calls
-            self._check_calls(fn, calls)
-            self._returns = _returns(calls)
-            self._check_state(ctx, fn, calls)
-            self._fakes = [_fake_tensor(calls, i) for i in range(self._returns[1])] if self.fakes else []
-            self._prepare(ctx, fn, calls)
-        except _Decline:
-            return None
+        fn = self._function(ctx)
+        calls = ctx.observed.get((ctx.site.path, ctx.file.span(fn)[0][0]), ())
+        if not calls:
+            raise Decline(f"{fn.name.value} was not called in the uncompiled run")
+        self._fn, self._calls = fn, calls
+        self._check_calls(fn, calls)
+        self._returns = _returns(calls)
+        self._check_state(ctx, fn, calls)
+        self._fakes = [_fake_tensor(calls, i) for i in range(self._returns[1])] if self.fakes else []
+        self._prepare(ctx, fn, calls)
         return fn
 
     # ---- what a recipe adds ----
 
     def _prepare(self, ctx: SiteContext, fn: cst.FunctionDef, calls: Sequence[ObservedCall]) -> None:
-        """Recipe-specific checks and plans; raises _Decline."""
+        """Recipe-specific checks and plans; raises Decline."""
 
     def _decorate(self, fn: cst.FunctionDef) -> cst.FunctionDef:
         raise NotImplementedError
@@ -209,50 +202,50 @@ class _Wrap(Recipe):
     def _function(self, ctx: SiteContext) -> cst.FunctionDef:
         scope = ctx.enclosing(cst.FunctionDef, cst.Lambda, cst.ClassDef)
         if not isinstance(scope, cst.FunctionDef) or not any(a is scope.body for a in (ctx.node, *ctx.ancestors())):
-            raise _Decline("not in a function's body")
+            raise Decline("not in a function's body")
         fn = scope
         self._in_class = _placement(ctx, fn)
         if self._in_class is None or (self._in_class and not self.methods):
-            raise _Decline("not a module-level function")
+            raise Decline("not a module-level function")
         if fn.decorators or fn.asynchronous or nodes(fn.body, cst.Yield, nested=False):
-            raise _Decline("decorated, async or a generator")
+            raise Decline("decorated, async or a generator")
         if fn.name.value in ("forward", "__call__") or fn.name.value.startswith("__"):
-            raise _Decline("a module's forward, or a special method")
+            raise Decline("a module's forward, or a special method")
         if _compiled(ctx, fn) or _entered_from_eager(ctx):
-            raise _Decline("the compiled function itself")
+            raise Decline("the compiled function itself")
         params = fn.params
         if isinstance(params.star_arg, cst.Param) or params.star_kwarg is not None or params.posonly_params:
-            raise _Decline("*args, **kwargs or positional-only parameters")
+            raise Decline("*args, **kwargs or positional-only parameters")
         if nodes(fn.body, (cst.Global, cst.Nonlocal)):
-            raise _Decline("rebinds a global")
+            raise Decline("rebinds a global")
         if any(qualified_names(ctx, n) & _TRACE_AWARE for n in nodes(fn.body, (cst.Name, cst.Attribute))):
-            raise _Decline("asks whether it is being compiled, or reads its caller's frame")
+            raise Decline("asks whether it is being compiled, or reads its caller's frame")
         if any(_warns_above(ctx, c) for c in nodes(fn.body, cst.Call)):
-            raise _Decline("a warning attributed to a caller")
+            raise Decline("a warning attributed to a caller")
         if _names_taken(ctx, fn):
-            raise _Decline("the function's name is rebound, or the fake's is taken")
+            raise Decline("the function's name is rebound, or the fake's is taken")
         if _result_dropped(ctx, fn):
-            raise _Decline("a call discards the result")
+            raise Decline("a call discards the result")
         return fn
 
     def _check_calls(self, fn: cst.FunctionDef, calls: Sequence[ObservedCall]) -> None:
         names = [p.name.value for p in _all_params(fn)]
         for call in calls:
             if [n for n, _ in call.args] != names:
-                raise _Decline("the observed arguments do not match the signature")
+                raise Decline("the observed arguments do not match the signature")
             for _, spec in call.args:
                 if not _kind_ok(spec, self.kinds):
-                    raise _Decline(f"an argument of kind {spec.kind} {spec.type_name}")
+                    raise Decline(f"an argument of kind {spec.kind} {spec.type_name}")
 
     def _check_state(self, ctx: SiteContext, fn: cst.FunctionDef, calls: Sequence[ObservedCall]) -> None:
         """No visible mutation of what the caller passed (or of ``self``); no aliasing return."""
         flow = _Flow(ctx, fn)
         mutable = {n for call in calls for n, s in call.args if s.kind not in ("int", "float", "bool", "str", "none")}
         if flow.mutates(mutable):
-            raise _Decline("mutates an argument or module state")
+            raise Decline("mutates an argument or module state")
         held = flow.derived({p.name.value for p in _all_params(fn)} | flow.globals)
         if any(r.value is None or flow.aliases(r.value, held) for r in nodes(fn.body, cst.Return, nested=False)):
-            raise _Decline("returns an argument, a global or a view of one")
+            raise Decline("returns an argument, a global or a view of one")
 
 
 class WrapNonstrictTrace(_Wrap):
@@ -269,10 +262,10 @@ class WrapNonstrictTrace(_Wrap):
         # recompile every call, where the break let Dynamo make it dynamic.
         for name, _ in calls[0].args:
             if len({_numbers(dict(c.args)[name]) for c in calls}) > 1:
-                raise _Decline(f"the number {name} changes between calls")
+                raise Decline(f"the number {name} changes between calls")
         why = _impure(ctx, fn, calls, reads_data=False)
         if why is not None:
-            raise _Decline(f"the trace runs it once for all calls: {why}")
+            raise Decline(f"the trace runs it once for all calls: {why}")
 
     def rewrite(self, node: cst.CSTNode) -> Replacement | None:
         self.need_import("torch")
@@ -289,7 +282,7 @@ class WrapCustomOp(_Wrap):
     def _prepare(self, ctx: SiteContext, fn: cst.FunctionDef, calls: Sequence[ObservedCall]) -> None:
         for p in _all_params(fn):
             if p.default is not None and not _literal_default(p.default):
-                raise _Decline("a default the op schema may not take")
+                raise Decline("a default the op schema may not take")
         self._annotations = {p.name.value: _annotation(ctx, p, calls) for p in _all_params(fn)}
         self._return_annotation = _return_annotation(ctx, fn, self._returns)
         self._autograd = _plan_autograd(ctx, fn, calls)
@@ -337,7 +330,7 @@ class WrapLeafFunction(_Wrap):
             carriers = [t for _, s in call.args for t in _tensors(s) if t.requires_grad]
             modules = [s for _, s in call.args if s.kind == "module"]
             if any(t.requires_grad for t in _tensors(call.result)) and not carriers and not modules:
-                raise _Decline("the result's gradient would come from a closed-over tensor")
+                raise Decline("the result's gradient would come from a closed-over tensor")
 
     def _decorate(self, fn: cst.FunctionDef) -> cst.FunctionDef:
         leaf = cst.parse_expression("torch._dynamo.decorators.leaf_function")
@@ -574,34 +567,34 @@ def _plan_autograd(ctx: SiteContext, fn: cst.FunctionDef, calls: Sequence[Observ
         carried = any(t.requires_grad for _, s in call.args for t in _tensors(s))
         outs = _tensors(call.result)
         if any(o.requires_grad for o in outs) and not carried:
-            raise _Decline("the result's gradient would come from a closed-over tensor")
+            raise Decline("the result's gradient would come from a closed-over tensor")
         if carried and not all(o.requires_grad and _FLOATING.match(o.dtype or "") for o in outs):
-            raise _Decline("an output eager leaves without a gradient: the op would give it one")
+            raise Decline("an output eager leaves without a gradient: the op would give it one")
         needed = needed or carried
     if not needed:
         return None
     if "custom_op_autograd" not in ctx.capabilities:
-        raise _Decline("gradients, and this torch has no way to recompute them inside a custom op")
+        raise Decline("gradients, and this torch has no way to recompute them inside a custom op")
     result = calls[0].result
     if fn.params.kwonly_params or result.kind == "list":
-        raise _Decline("keyword-only parameters or a list result: not supported by the recompute")
+        raise Decline("keyword-only parameters or a list result: not supported by the recompute")
     params = tuple(p.name.value for p in fn.params.params)
     kinds = {n: {dict(c.args)[n].kind for c in calls} for n in params}
     floating = {n for n in params if all(_FLOATING.match(dict(c.args)[n].dtype or "") for c in calls)}
     diff = tuple(n for n in params if kinds[n] == {"tensor"} and n in floating)
     if any(t.requires_grad for c in calls for n, s in c.args if n not in diff for t in _tensors(s)):
-        raise _Decline("a gradient into a list of tensors or an optional tensor")
+        raise Decline("a gradient into a list of tensors or an optional tensor")
     saved = tuple(n for n in params if "tensor" in kinds[n] and kinds[n] <= {"tensor", "none"})
     if set(params) & (_BACKWARD_NAMES | {fn.name.value}) or any(
         n.startswith("_") or n in _CTX_ATTRIBUTES for n in params if n not in saved
     ):
-        raise _Decline("a parameter named like what the generated backward uses")
+        raise Decline("a parameter named like what the generated backward uses")
     op = fn.name.value.lstrip("_")
     if any(global_bindings(ctx, f"_{op}_{h}") for h in ("grad", "grad_fake", "setup", "backward")):
-        raise _Decline("a name the backward would take is bound")
+        raise Decline("a name the backward would take is bound")
     why = _impure(ctx, fn, calls, reads_data=True)
     if why is not None:
-        raise _Decline(f"running it again in backward could differ: {why}")
+        raise Decline(f"running it again in backward could differ: {why}")
     return _Autograd(fn.name.value, params, diff, saved, 0 if result.kind == "tensor" else len(result.items))
 
 
@@ -912,9 +905,9 @@ def _returns(calls: Sequence[ObservedCall]) -> tuple[str, int]:
         elif r.kind in ("tuple", "list") and 0 < len(r.items) < _MAX_ITEMS and all(i.kind == "tensor" for i in r.items):
             shapes.add((r.kind, len(r.items)))
         else:
-            raise _Decline(f"returns a {r.kind}: only tensors can leave an opaque op unfrozen")
+            raise Decline(f"returns a {r.kind}: only tensors can leave an opaque op unfrozen")
     if len(shapes) != 1:
-        raise _Decline("returns different structures")
+        raise Decline("returns different structures")
     return shapes.pop()
 
 
@@ -928,7 +921,7 @@ def _fake_tensor(calls: Sequence[ObservedCall], index: int) -> str:
     outs = _outputs(calls, index)
     ranks = {len(o.shape or ()) for o in outs}
     if len(ranks) != 1:
-        raise _Decline("the output's rank changes")
+        raise Decline("the output's rank changes")
     rank = ranks.pop()
     order = [n for n, _ in calls[0].args]
     tensors = [n for n in order if all(dict(c.args)[n].kind == "tensor" for c in calls)]
@@ -960,7 +953,7 @@ def _fake_tensor(calls: Sequence[ObservedCall], index: int) -> str:
         if found is None and always(lambda c, o: o.shape[i] == outs[0].shape[i]):
             found = str(outs[0].shape[i])
         if found is None:
-            raise _Decline("an output dimension that no argument predicts")
+            raise Decline("an output dimension that no argument predicts")
         dims.append(found)
 
     def pick(field: str, constant: Callable[[str], str], fixed_first: bool = False) -> str:
@@ -972,7 +965,7 @@ def _fake_tensor(calls: Sequence[ObservedCall], index: int) -> str:
             if always(lambda c, o: getattr(arg(c, name), field) == getattr(o, field)):
                 return f"{name}.{field}"
         if fixed is None:
-            raise _Decline(f"the output's {field} changes")
+            raise Decline(f"the output's {field} changes")
         return fixed
 
     # Integer and bool outputs (ids, counts, masks) keep their dtype whatever the
@@ -994,16 +987,16 @@ def _observed_type(specs: list[ValueSpec]) -> str | None:
         if s.kind in ("tuple", "list"):
             items = {i.kind for i in s.items}
             if len(items) != 1 or next(iter(items)) not in _ITEM_TYPES:
-                raise _Decline("a sequence argument that is empty or not of one item type")
+                raise Decline("a sequence argument that is empty or not of one item type")
             types.add(f"list[{_ITEM_TYPES[items.pop()]}]")
         elif s.kind == "tensor":
             types.add("torch.Tensor")
         elif s.kind in _PRIMITIVE:
             types.add(_PRIMITIVE[s.kind])
         elif s.kind != "none":
-            raise _Decline(f"an argument of kind {s.kind}")
+            raise Decline(f"an argument of kind {s.kind}")
     if len(types) > 1:
-        raise _Decline("an argument of several kinds")
+        raise Decline("an argument of several kinds")
     if not types:
         return None
     t = types.pop()
@@ -1017,7 +1010,7 @@ def _annotation(ctx: SiteContext, param: cst.Param, calls: Sequence[ObservedCall
     such a parameter usually is) unless it is annotated."""
     specs = [dict(c.args)[param.name.value] for c in calls]
     if any(s.kind == "tuple" for s in specs):
-        raise _Decline("a tuple argument: the op would pass a list")
+        raise Decline("a tuple argument: the op would pass a list")
     observed = _observed_type(specs)
     if param.annotation is None:
         return observed or "torch.Tensor | None"
@@ -1027,7 +1020,7 @@ def _annotation(ctx: SiteContext, param: cst.Param, calls: Sequence[ObservedCall
     else:
         fits = existing in (observed, f"{observed} | None")
     if not fits:
-        raise _Decline("the annotation disagrees with the observed calls, or the op schema cannot take it")
+        raise Decline("the annotation disagrees with the observed calls, or the op schema cannot take it")
     return None
 
 
@@ -1041,7 +1034,7 @@ def _return_annotation(ctx: SiteContext, fn: cst.FunctionDef, returns: tuple[str
     if fn.returns is None:
         return wanted
     if _canonical(ctx, fn.returns.annotation) != wanted:
-        raise _Decline("the return annotation disagrees with the observed calls")
+        raise Decline("the return annotation disagrees with the observed calls")
     return None
 
 
