@@ -13,7 +13,7 @@ import pytest
 from gbfix import rules
 from gbfix.recipes import timing
 from gbfix.recipes.generator import CompileGeneratorBody
-from gbfix.recipes.timing import ClockUnderCompile, SkipTiming
+from gbfix.recipes.timing import ClockIntoBranch, ClockUnderCompile, SkipTiming
 from tests.helpers import rewrite_at
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -294,8 +294,9 @@ def clock(source: str, needle: str, recipe=ClockUnderCompile, nth: int = 0) -> s
     return rewrite_at(source, recipe, number, col, col + len(needle), "GB0007")
 
 
-def test_timing_under_compile_is_preferred():
-    assert timing.RECIPES == (ClockUnderCompile, SkipTiming)
+def test_the_safe_move_comes_first_then_timing_under_compile():
+    assert timing.RECIPES == (ClockIntoBranch, ClockUnderCompile, SkipTiming)
+    assert ClockIntoBranch.safety == "safe" and ClockIntoBranch.codes == ("GB0007",)
     assert ClockUnderCompile.safety == "unsafe" and ClockUnderCompile.codes == ("GB0007",)
 
 
@@ -409,3 +410,121 @@ def test_adds_the_torch_import():
 )
 def test_timing_declines(stmts, needle):
     assert timed(stmts, needle) is None
+
+
+# ---- clock-into-branch -----------------------------------------------------------
+
+
+def test_clock_into_branch_rule_example():
+    ex = _example("GB0007", "wall time printed only under a profiling flag")
+    assert clock(ex.before, "time.perf_counter()", recipe=ClockIntoBranch) == ex.after
+
+
+def test_clock_into_branch_leaves_the_other_timing_examples():
+    for title in ("samples per second", "per-stage timing", "the elapsed time is part of the result"):
+        assert clock(_example("GB0007", title).before, "time.perf_counter()", recipe=ClockIntoBranch) is None
+
+
+FLAGGED = """\
+import time
+from time import monotonic
+
+import torch
+
+PROFILE = False
+LOG_EVERY = 10
+
+
+class Layer(torch.nn.Module):
+    def __init__(self, debug=False):
+        super().__init__()
+        self.debug = debug
+        self.quiet = True
+
+    def forward(self, x, step: int = 0):
+        {stmts}
+        return x
+
+
+def helper(x, verbose=False):
+    {helper}
+    return x
+"""
+
+
+def flagged(stmts: str = "pass", helper: str = "pass", needle: str = "time.perf_counter()") -> str | None:
+    source = FLAGGED.format(stmts=stmts.replace("\n", "\n        "), helper=helper.replace("\n", "\n    "))
+    return clock(source, needle, recipe=ClockIntoBranch)
+
+
+@pytest.mark.parametrize(
+    "stmts, needle, guarded",
+    [
+        ("t0 = time.perf_counter()\nx = x * 2\nif self.debug:\n    print(time.perf_counter() - t0)", "time.perf_counter()", "if self.debug:"),
+        ("t0 = monotonic()\nx = x * 2\nif not self.quiet:\n    self.log.append(monotonic() - t0)", "monotonic()", "if not self.quiet:"),
+        ("t0 = time.time()\nx = x * 2\nif PROFILE and self.debug:\n    print(time.time() - t0)", "time.time()", "if PROFILE and self.debug:"),
+        (
+            "start = time.perf_counter()\nx = x * 2\nif step % LOG_EVERY == 0:\n    print(step, time.perf_counter() - start)",
+            "time.perf_counter()",
+            "if step % LOG_EVERY == 0:",
+        ),
+        (  # two uses under two `if`s with the same test
+            "t0 = time.perf_counter()\nif self.debug:\n    print(t0)\nx = x * 2\nif self.debug:\n    print(time.perf_counter() - t0)",
+            "time.perf_counter()",
+            "if self.debug:",
+        ),
+    ],
+)
+def test_clock_into_branch_methods(stmts, needle, guarded):
+    out = flagged(stmts, needle=needle)
+    assert out is not None
+    read = stmts.splitlines()[0]
+    assert f"        {guarded}\n            {read}\n" in out
+    ast.parse(out)
+
+
+def test_clock_into_branch_in_a_function_with_a_flag_parameter():
+    out = flagged(helper="t0 = time.perf_counter()\nx = x + 1\nif verbose:\n    print('took', time.perf_counter() - t0)")
+    assert "    if verbose:\n        t0 = time.perf_counter()\n    x = x + 1\n" in out
+
+
+def test_clock_into_branch_keeps_a_comment_and_blank_line_above_the_read():
+    out = flagged("x = x * 2\n\n# time the rest\nt0 = time.perf_counter()\nif self.debug:\n    print(time.perf_counter() - t0)")
+    assert "x = x * 2\n\n        # time the rest\n        if self.debug:\n            t0 = time.perf_counter()\n" in out
+
+
+@pytest.mark.parametrize(
+    "stmts",
+    [
+        "t0 = time.perf_counter()\nx = x * 2\nprint(time.perf_counter() - t0)",  # used unconditionally
+        "t0 = time.perf_counter()\nif self.debug:\n    print(t0)\nself.last = t0",  # also used outside the if
+        "t0 = time.perf_counter()\nif self.debug:\n    print(t0)\nif self.quiet:\n    print(t0)",  # two different tests
+        "t0 = time.perf_counter()\nif x.sum() > 0:\n    print(time.perf_counter() - t0)",  # a call in the test
+        "t0 = time.perf_counter()\nif self.steps:\n    print(time.perf_counter() - t0)",  # self.steps is not set in __init__
+        "t0 = time.perf_counter()\nflag = step > 3\nif flag:\n    print(time.perf_counter() - t0)",  # a local the function binds
+        "t0 = time.perf_counter()\nif self.debug:\n    pass\nelse:\n    print(time.perf_counter() - t0)",  # in the else
+        "t0 = time.perf_counter()\nif self.quiet:\n    pass\nelif self.debug:\n    print(time.perf_counter() - t0)",  # an elif
+        "t0 = time.perf_counter()\nx = x * 2\nt0 = time.perf_counter() - t0\nif self.debug:\n    print(t0)",  # bound twice
+        "t0 = time.perf_counter(); x = x * 2\nif self.debug:\n    print(time.perf_counter() - t0)",  # two statements on the line
+        "t0 = time.sleep(0)\nif self.debug:\n    print(t0)",  # not a clock
+    ],
+)
+def test_clock_into_branch_declines(stmts):
+    needle = "time.sleep(0)" if "sleep" in stmts else "time.perf_counter()"
+    assert flagged(stmts, needle=needle) is None
+
+
+def test_clock_into_branch_declines_a_flag_changed_outside_init():
+    source = FLAGGED.replace("        self.quiet = True\n", "        self.quiet = True\n\n    def train(self, mode=True):\n        self.debug = mode\n        return self\n")
+    source = source.format(stmts="t0 = time.perf_counter()\n        if self.debug:\n            print(time.perf_counter() - t0)", helper="pass")
+    assert clock(source, "time.perf_counter()", recipe=ClockIntoBranch) is None
+    assert clock(source.replace("self.debug = mode", "self.other = mode"), "time.perf_counter()", recipe=ClockIntoBranch) is not None
+
+
+def test_clock_into_branch_declines_a_rebound_parameter_and_a_global_declared_elsewhere():
+    helper = "verbose = not verbose\nt0 = time.perf_counter()\nif verbose:\n    print(time.perf_counter() - t0)"
+    assert flagged(helper=helper) is None
+    source = FLAGGED.format(stmts="pass", helper="t0 = time.perf_counter()\n    if PROFILE:\n        print(time.perf_counter() - t0)")
+    assert clock(source, "time.perf_counter()", recipe=ClockIntoBranch) is not None
+    source += "\n\ndef enable():\n    global PROFILE\n    PROFILE = True\n"
+    assert clock(source, "time.perf_counter()", recipe=ClockIntoBranch) is None

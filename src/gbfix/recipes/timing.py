@@ -37,6 +37,24 @@ augmented assignment, or a call to ``print``, a logging method or a container's
 (a ``return``, an ``if`` test, a nested function, a call's result used). The
 GB0007 code is shared with ``warnings.warn`` (``warn_call``) and other skipped
 functions: only calls of the ``time`` module's clocks are taken.
+
+One shape keeps the behaviour exactly, and ``clock-into-branch`` (safe, tried
+first) takes it: a read whose value is only used under one ``if COND:``, where
+COND is a pure test of values that cannot change in between (flags set in
+``__init__``, module constants, parameters never rebound)::
+
+    t0 = time.perf_counter()                 if self.profile:
+    y = self.mlp(x)                     ->       t0 = time.perf_counter()
+    if self.profile:                         y = self.mlp(x)
+        print(time.perf_counter() - t0)      if self.profile:
+                                                 print(time.perf_counter() - t0)
+
+The clock is read at the same point whenever its value is used; when COND is
+false it was dead, and reading a clock has no effect. Dynamo folds a Python
+flag, so the graph has no break when it is off. When it is on (or for a test
+that varies from call to call, ``if step % every == 0:``) the read still
+breaks on those calls, and the verifier keeps the edit only if the site is gone
+from the program's run.
 """
 
 from __future__ import annotations
@@ -44,9 +62,9 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import Assignment, Scope
 
-from gbfix.recipes.base import Recipe, Replacement, SiteContext
-from gbfix.recipes.print_call import call_at, qualified_names
-from gbfix.recipes.tree import contains, variables, walk
+from gbfix.recipes.base import Decline, Recipe, Replacement, SiteContext
+from gbfix.recipes.print_call import call_at, is_module_global, qualified_names
+from gbfix.recipes.tree import contains, nodes, variables, walk
 
 _CLOCKS = frozenset(
     f"time.{name}{suffix}"
@@ -60,10 +78,6 @@ _REPORTING = frozenset(
 # Operators whose right operand must not be a time that is 0 under compile.
 _DIVISIONS = (cst.Divide, cst.FloorDivide, cst.Modulo)
 _DIVISIONS_ASSIGN = (cst.DivideAssign, cst.FloorDivideAssign, cst.ModuloAssign)
-
-
-class _Decline(Exception):
-    """The timing code is not self-contained."""
 
 
 class _Timing(Recipe):
@@ -86,8 +100,8 @@ class _Timing(Recipe):
         self._fn = fn
         try:
             return call, self._group(stmt)
-        except _Decline:
-            return None
+        except Decline as why:
+            raise Decline(f"the timing code is not self-contained: {why}") from None
 
     # ---- finding the timing statements ----
 
@@ -105,7 +119,7 @@ class _Timing(Recipe):
         stmt = self._ctx.enclosing(cst.SimpleStatementLine, node=node)
         inside = stmt is not None and all(self._function(n) is self._fn for n in (node, stmt))
         if not inside:
-            raise _Decline("in a compound statement or a nested scope")
+            raise Decline("in a compound statement or a nested scope")
         return stmt
 
     def _group(self, start: cst.SimpleStatementLine) -> list[cst.SimpleStatementLine]:
@@ -148,7 +162,7 @@ class _Timing(Recipe):
         out: list[cst.CSTNode] = []
         for a in scope.assignments[name]:
             if not isinstance(a, Assignment):
-                raise _Decline("bound by an import, a global declaration, ...")
+                raise Decline("bound by an import, a global declaration, ...")
             out.append(a.node)
             out.extend(ref.node for ref in a.references)
         return out
@@ -162,21 +176,21 @@ class _Timing(Recipe):
     def _check(self, stmt: cst.SimpleStatementLine) -> None:
         """A statement that may go under the guard: one assignment or reporting call."""
         if len(stmt.body) != 1:
-            raise _Decline("several statements on the line")
+            raise Decline("several statements on the line")
         small = stmt.body[0]
         if isinstance(small, cst.Assign):
             if any(isinstance(t.target, (cst.Tuple, cst.List, cst.StarredElement)) for t in small.targets):
-                raise _Decline("unpacking")
+                raise Decline("unpacking")
         elif isinstance(small, cst.AnnAssign):
             if small.value is None:
-                raise _Decline("annotation only")
+                raise Decline("annotation only")
         elif isinstance(small, cst.Expr):
             if not self._reporting(small.value):
-                raise _Decline("a call that may do more than report")
+                raise Decline("a call that may do more than report")
         elif not isinstance(small, cst.AugAssign):
-            raise _Decline("return, raise, del, ...")
+            raise Decline("return, raise, del, ...")
         if contains(stmt, (cst.NamedExpr, cst.Yield, cst.Await, cst.Lambda)):
-            raise _Decline("walrus, yield, await or lambda")
+            raise Decline("walrus, yield, await or lambda")
 
     def _reporting(self, expr: cst.BaseExpression) -> bool:
         if not isinstance(expr, cst.Call):
@@ -276,4 +290,127 @@ class ClockUnderCompile(_Timing):
         return any(divides(n) for n in walk(stmt))
 
 
-RECIPES = (ClockUnderCompile, SkipTiming)
+class ClockIntoBranch(Recipe):
+    name = "clock-into-branch"
+    codes = ("GB0007",)
+    safety = "safe"
+    summary = "read the clock under the `if` that uses it (`if self.profile:`): the same reads whenever one is used"
+    rule = "GB0007"
+
+    def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
+        call = call_at(ctx)
+        if call is None or not _Timing._is_clock(ctx, call):
+            return None
+        stmt = ctx.enclosing(cst.SimpleStatementLine, node=call)
+        fn = ctx.enclosing(cst.FunctionDef, cst.Lambda, node=call)
+        if stmt is None or not isinstance(fn, cst.FunctionDef) or not self._binds_clock(ctx, stmt):
+            return None
+        target = stmt.body[0].targets[0].target
+        scope = ctx.file.scopes.get(target)
+        bound = scope.assignments[target.value] if scope is not None else ()
+        if len(bound) != 1:
+            raise Decline(f"`{target.value}` is bound more than once")
+        (assignment,) = bound
+        tests = [self._guard(ctx, stmt, ref.node) for ref in assignment.references]
+        if not tests or any(t is None for t in tests) or any(not t.deep_equals(tests[0]) for t in tests):
+            raise Decline(f"`{target.value}` is used outside one `if` test that follows the read")
+        self._test = tests[0]
+        if not self._static(ctx, fn, self._test):
+            raise Decline("the `if` test may change between the read and the `if`")
+        return stmt
+
+    def rewrite(self, node: cst.CSTNode) -> Replacement:
+        assert isinstance(node, cst.SimpleStatementLine)
+        body = cst.IndentedBlock([node.with_changes(leading_lines=[])])
+        return cst.If(test=self._test, body=body, leading_lines=node.leading_lines)
+
+    @staticmethod
+    def _binds_clock(ctx: SiteContext, stmt: cst.SimpleStatementLine) -> bool:
+        """``name = <clock read>``: binding the value is the statement's only effect."""
+        if len(stmt.body) != 1 or not isinstance(stmt.body[0], cst.Assign):
+            return False
+        assign = stmt.body[0]
+        if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
+            return False
+        value = assign.value
+        return isinstance(value, cst.Call) and not value.args and _Timing._is_clock(ctx, value)
+
+    @staticmethod
+    def _guard(ctx: SiteContext, read: cst.SimpleStatementLine, use: cst.CSTNode) -> cst.BaseExpression | None:
+        """The test of the ``if`` holding ``use`` in its body, when that ``if`` is a later
+        statement of the read's own block (not an ``elif``)."""
+        block = ctx.file.parent(read)
+        for node in ctx.ancestors(use):
+            up = ctx.file.parent(node)
+            if up is block:
+                if not isinstance(node, cst.If) or not isinstance(block, (cst.IndentedBlock, cst.Module)):
+                    return None
+                body = list(block.body)
+                if body.index(node) <= body.index(read):
+                    return None
+                inside = any(a is node.body for a in ctx.ancestors(use))
+                return node.test if inside else None
+        return None
+
+    @staticmethod
+    def _static(ctx: SiteContext, fn: cst.FunctionDef, test: cst.BaseExpression) -> bool:
+        """``test`` evaluates to the same value at the read as at the ``if``, with no effect:
+        operators on literals, parameters the function never rebinds, module globals
+        bound once, and ``self.<flag>`` set only in ``__init__``."""
+        for node in walk(test):
+            if isinstance(node, (cst.Call, cst.Subscript, cst.Lambda, cst.NamedExpr, cst.Await, cst.Yield)):
+                return False
+            if isinstance(node, cst.Attribute):
+                if not (isinstance(node.value, cst.Name) and node.value.value == "self"):
+                    return False
+                if not ClockIntoBranch._init_flag(ctx, fn, node.attr.value):
+                    return False
+        for name in variables(test):
+            if name.value in ("True", "False", "None"):
+                continue
+            scope = ctx.file.scopes.get(name)
+            bound = list(scope[name.value]) if scope is not None else []
+            if not bound:
+                return False
+            params = all(isinstance(a, Assignment) and isinstance(a.node, cst.Param) for a in bound)
+            if params and all(a.scope is ctx.file.scopes.get(fn.body) for a in bound):
+                continue
+            if len(bound) == 1 and is_module_global(ctx, name) and not ClockIntoBranch._declared_global(ctx, name.value):
+                continue
+            return False
+        return True
+
+    @staticmethod
+    def _init_flag(ctx: SiteContext, fn: cst.FunctionDef, attr: str) -> bool:
+        """The method's class assigns ``self.<attr>`` in ``__init__`` and nowhere else, and
+        defines no method or property of that name."""
+        cls = ctx.enclosing(cst.ClassDef, node=fn)
+        if cls is None or not fn.params.params or fn.params.params[0].name.value != "self":
+            return False
+        in_init = False
+        for method in cls.body.body:
+            if isinstance(method, cst.FunctionDef) and method.name.value == attr:
+                return False
+        for node in walk(cls):
+            target = None
+            if isinstance(node, cst.AssignTarget):
+                target = node.target
+            elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
+                target = node.target
+            elif isinstance(node, cst.Del):
+                target = node.target
+            for t in [target] if target is not None else []:
+                for a in nodes(t, cst.Attribute):
+                    if isinstance(a.value, cst.Name) and a.value.value == "self" and a.attr.value == attr:
+                        method = ctx.enclosing(cst.FunctionDef, node=a)
+                        if method is None or method.name.value != "__init__" or isinstance(node, cst.Del):
+                            return False
+                        in_init = True
+        return in_init
+
+    @staticmethod
+    def _declared_global(ctx: SiteContext, name: str) -> bool:
+        return any(any(n.name.value == name for n in g.names) for g in nodes(ctx.module, cst.Global))
+
+
+RECIPES = (ClockIntoBranch, ClockUnderCompile, SkipTiming)
