@@ -62,8 +62,45 @@ class name (``print(model)``), and a warning now comes from the user's file
 module (like the helper recipes), so a break still in the copied method lies
 in the edit and counts as the site's own.
 
-Two recipes with the safety of the recipes they apply: ``library-class``
-applies the safe ones, ``library-class-unsafe`` the unsafe ones.
+When the user's code does not construct the class (the library builds it
+itself: ``BartModel.__init__`` builds ``BartDecoder``; the site is then the
+user's call of the outer model), ``library-patch`` fixes the innermost method
+of a library class on the break's stack (torch's and the standard library's
+classes aside) the same way, in a subclass placed after the imports of the
+site's file, and binds it where the library looks the class up when it builds
+it: the global of the defining module and of each module on the stack that
+imports it (``from .blocks import Mixer``)::
+
+    if _gbfix_unchanged("tinylib.blocks", "Mixer.forward", "3d2b8ad867a1a29b"):
+        import tinylib.blocks
+        import tinylib.model
+        from tinylib.blocks import RESIDUAL_SCALE, exists
+
+        class _GbfixFixedMixer(tinylib.blocks.Mixer):
+            def forward(self, x, mask=None):
+                ...  # fixed
+
+        _GbfixFixedMixer.__module__ = "tinylib.blocks"
+        _GbfixFixedMixer.__name__ = _GbfixFixedMixer.__qualname__ = "Mixer"
+        tinylib.blocks.Mixer = tinylib.model.Mixer = _GbfixFixedMixer
+
+The guard compares the start of the sha256 of ``inspect.getsource`` of the
+library's method with the text gbfix copied: on another version of the
+library (or after a first run of the patch) it is off and the program runs
+the library as it is. The subclass carries the library class's names, so
+``print(model)``, pickles (which then name the library's class, bound to the
+subclass while the patch is on) and ``type(m).__name__`` do not change. The
+library's own globals the method reads are imported from the defining module
+inside the guard. Declined: a class the library reads while it is imported
+(a subclass's base, a dict of classes, a class attribute: those keep the
+original class), which is also what ``isinstance`` of an instance of another
+subclass would get wrong after the rebinding; names of the patch the user's
+file binds otherwise. A construction that runs before the patch (at import of
+a module imported above it) leaves the break, and the verifier rejects the edit.
+
+Four recipes with the safety of the recipes they apply: ``library-class`` and
+``library-patch`` apply the safe ones, ``library-class-unsafe`` and
+``library-patch-unsafe`` the unsafe ones.
 """
 
 from __future__ import annotations
@@ -71,19 +108,25 @@ from __future__ import annotations
 import ast
 import builtins
 import functools
+import hashlib
+import importlib.util
+import inspect
+import io
 import os
+import sysconfig
 from dataclasses import replace
 from pathlib import Path
 
 import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
-from libcst.metadata import QualifiedNameSource
+from libcst.metadata import FunctionScope, QualifiedNameSource
 
 from gbfix import edits, recipes
 from gbfix.errors import GbfixError
 from gbfix.locate import Locator, ParsedFile
 from gbfix.recipes.base import Recipe, Replacement, SiteContext
+from gbfix.recipes.layout import add_helpers, blank_lines_before
 from gbfix.recipes.print_call import call_at, global_bindings, qualified_names
 from gbfix.recipes.tree import nodes, variables
 from gbfix.records import Frame, Safety
@@ -404,6 +447,11 @@ def _check_base(ctx: SiteContext, func: cst.BaseExpression, before: int) -> None
 
 def _imports(ctx: SiteContext, lib: ParsedFile, libmod: str, names: set[str]) -> list[tuple[str, str | None, str | None]]:
     """(module, name, asname) imports that bind each global in the user's file as in the library's."""
+    return [_import_for(lib, libmod, name) for name in _unbound(ctx, lib, names)]
+
+
+def _unbound(ctx: SiteContext, lib: ParsedFile, names: set[str]) -> list[str]:
+    """The globals the user's file must bind as the library's file does (the others it binds the same way)."""
     lib_scope = lib.scopes[lib.module]
     user_scope = ctx.file.scopes[ctx.module]
     out = []
@@ -417,7 +465,7 @@ def _imports(ctx: SiteContext, lib: ParsedFile, libmod: str, names: set[str]) ->
             if same and all(q.source is QualifiedNameSource.IMPORT for q in (*mine, *theirs)):
                 continue  # the same import in both files
             raise _Decline(f"{name} is bound differently in this file")
-        out.append(_import_for(lib, libmod, name))
+        out.append(name)
     return out
 
 
@@ -472,8 +520,27 @@ def _fix(ctx: SiteContext, safety: Safety) -> cst.Module:
         raise _Decline(f"{sub} is taken")
     needed = _imports(ctx, lib, libmod, _free_globals(lib, method))
     module, first_line = _with_subclass(ctx, lib, method, call, sub, at, libmod, owner.name.value, needed)
+    return _fix_copy(ctx, safety, module, first_line, sub, lib, method, user_at, lib_at)
 
-    # The inner recipes see the user's file as it will be, the method copied into it.
+
+def _fix_copy(
+    ctx: SiteContext,
+    safety: Safety,
+    module: cst.Module,
+    first_line: int,
+    sub: str,
+    lib: ParsedFile,
+    method: cst.FunctionDef,
+    user_at: int,
+    lib_at: int,
+) -> cst.Module:
+    """The user's ``module``, which holds the library method copied into class
+    ``sub`` (its ``def`` on ``first_line``), with the copy fixed by the first
+    inner recipe of that safety that rewrites it.
+
+    The inner recipes see the user's file as it will be, the method copied
+    into it, and the break's library frame moved onto the copy."""
+    frame = ctx.site.brk.stack[lib_at]
     text = module.code
     try:
         data = text.encode(ctx.file.source.encoding)
@@ -514,17 +581,8 @@ def _with_subclass(
 ) -> tuple[cst.Module, int]:
     """The user's module with the subclass above statement ``at``, the construction
     renamed and the imports added; and the line where the copied ``def`` starts."""
-    (first, col), (last, _) = lib.span(method)
-    lines = lib.source.text.splitlines()[first - 1 : last]
-    if not lines or lines[0][:col].strip() or not lines[0][col:].startswith("def "):
-        raise _Decline("the method does not start its line")
-    newline = ctx.module.default_newline
     base = ctx.code(call.func)
-    body = newline.join([f"class {sub}({base}):", *lines]) + newline
-    try:
-        subclass = cst.parse_statement(body, config=ctx.module.config_for_parsing)
-    except cst.ParserSyntaxError as e:
-        raise _Decline("the copied method does not parse alone") from e
+    subclass = _subclass(ctx, lib, method, sub, base)
     stmt = ctx.module.body[at]
     blanks = 0
     while blanks < len(stmt.leading_lines) and stmt.leading_lines[blanks].comment is None:
@@ -554,8 +612,24 @@ def _with_subclass(
     return module, copied_at
 
 
+def _subclass(ctx: SiteContext, lib: ParsedFile, method: cst.FunctionDef, sub: str, base: str) -> cst.ClassDef:
+    """``class <sub>(<base>):`` holding the library's text of ``method``, verbatim."""
+    (first, col), (last, _) = lib.span(method)
+    lines = lib.source.text.splitlines()[first - 1 : last]
+    if not lines or lines[0][:col].strip() or not lines[0][col:].startswith("def "):
+        raise _Decline("the method does not start its line")
+    newline = ctx.module.default_newline
+    body = newline.join([f"class {sub}({base}):", *lines]) + newline
+    try:
+        subclass = cst.parse_statement(body, config=ctx.module.config_for_parsing)
+    except cst.ParserSyntaxError as e:
+        raise _Decline("the copied method does not parse alone") from e
+    assert isinstance(subclass, cst.ClassDef)
+    return subclass
+
+
 def _copied_method(parsed: ParsedFile, sub: str) -> cst.FunctionDef:
-    cls = next(s for s in parsed.module.body if isinstance(s, cst.ClassDef) and s.name.value == sub)
+    cls = next(c for c in nodes(parsed.module, cst.ClassDef) if c.name.value == sub)
     assert isinstance(cls.body, cst.IndentedBlock)
     fn = cls.body.body[0]
     assert isinstance(fn, cst.FunctionDef)
@@ -563,12 +637,246 @@ def _copied_method(parsed: ParsedFile, sub: str) -> cst.FunctionDef:
 
 
 def _moved_frame(lib: ParsedFile, method: cst.FunctionDef, frame: Frame, source: SourceFile, first_line: int) -> Frame:
-    """The library frame, moved to the copy: the text is verbatim, so only the line changes."""
+    """The library frame, moved to the copy: the text is verbatim, so only the
+    line changes, and the columns by the indentation the copy may have gained."""
     line = frame.line - lib.span(method)[0][0] + first_line
     lines = source.text.splitlines()
-    if not 1 <= line <= len(lines) or lines[line - 1] != lib.lines[frame.line - 1]:
+    theirs = lib.lines[frame.line - 1]
+    mine = lines[line - 1] if 1 <= line <= len(lines) else ""
+    gained = mine[: len(mine) - len(theirs)]
+    if not mine.endswith(theirs) or gained.strip():
         raise _Decline("the copy does not line up with the library's text")
-    return Frame(str(source.path), line, frame.col, frame.end_col, frame.name)
+    shift = len(gained.encode())
+    col, end = (None if c is None else c + shift for c in (frame.col, frame.end_col))
+    return Frame(str(source.path), line, col, end, frame.name)
 
 
-RECIPES = (LibraryClass, LibraryClassUnsafe)
+# --- the patch: a class the library builds itself ----------------------------
+
+
+def _patch(ctx: SiteContext, safety: Safety) -> cst.Module:
+    stack = ctx.site.brk.stack
+    here = str(ctx.site.path)
+    user_at = max((i for i, f in enumerate(stack) if os.path.realpath(f.file) == here), default=None)
+    if user_at is None:
+        raise _Decline("the site's frame is not in the stack")
+    lib_at, path, lib, owner, method = _innermost_method(stack, user_at)
+    _check_method(lib, method)
+    libmod = _module_name(path)
+    name = owner.name.value
+    binds = {libmod: (lib, name), **_importers(stack[user_at + 1 : lib_at], libmod, name)}
+    for mod, (parsed, local) in binds.items():
+        if _read_at_import(parsed, local):
+            raise _Decline(f"{mod} reads {local} at import (a base class, a mapping): rebinding it would not reach that")
+    sub = f"_GbfixFixed{name}"
+    for taken in (sub, *{m.split(".")[0] for m in binds}):
+        if any(not isinstance(b, cst.Import) for b in global_bindings(ctx, taken)):
+            raise _Decline(f"{taken} is bound to something else in this file")
+    top = libmod.split(".")[0]
+    needed = [
+        (libmod, n, None) if imp[0].split(".")[0] == top else imp
+        for n in _unbound(ctx, lib, _free_globals(lib, method))
+        for imp in [_import_for(lib, libmod, n)]
+    ]
+    module, first_line = _with_patch(ctx, lib, method, sub, libmod, name, binds, needed)
+    return _fix_copy(ctx, safety, module, first_line, sub, lib, method, user_at, lib_at)
+
+
+def _innermost_method(stack: tuple[Frame, ...], user_at: int) -> tuple[int, Path, ParsedFile, cst.ClassDef, cst.FunctionDef]:
+    """The innermost frame below the user's that is a method of a module-level
+    class of a library (not torch's, not the standard library's), and that method."""
+    for j in range(len(stack) - 1, user_at, -1):
+        frame = stack[j]
+        if not frame.file.endswith(".py") or _machinery(frame) or _torch_or_stdlib(frame.file):
+            continue
+        try:
+            path, lib = _library(frame)
+            owner, method = _method_at(lib, frame)
+        except _Decline:
+            continue
+        return j, path, lib, owner, method
+    raise _Decline("no library method in the stack below the user's call")
+
+
+def _torch_or_stdlib(file: str) -> bool:
+    """torch refers to its classes from many modules and mappings (a rebinding in one
+    reaches few), and a class of the standard library is everyone's."""
+    path = os.path.realpath(file)
+    return any(path.startswith(root) for root in _torch_folders()) or (
+        path.startswith(_STDLIB) and not any(path.startswith(root) for root in _SITE)
+    )
+
+
+@functools.cache
+def _torch_folders() -> tuple[str, ...]:
+    """Where torch is installed (found without importing it)."""
+    spec = importlib.util.find_spec("torch")
+    return tuple(os.path.join(os.path.realpath(p), "") for p in (spec.submodule_search_locations or ())) if spec else ()
+
+
+_STDLIB = os.path.join(os.path.realpath(sysconfig.get_paths()["stdlib"]), "")
+_SITE = tuple(os.path.join(os.path.realpath(sysconfig.get_paths()[k]), "") for k in ("purelib", "platlib"))
+
+
+def _importers(frames: tuple[Frame, ...], libmod: str, name: str) -> dict[str, tuple[ParsedFile, str]]:
+    """The modules of the library frames between the user's call and the method
+    that import the class at module level (``from .blocks import Mixer``): the
+    name their code constructs is their own global, which the patch rebinds too."""
+    found: dict[str, tuple[ParsedFile, str]] = {}
+    for frame in frames:
+        if _machinery(frame) or not frame.file.endswith(".py") or _torch_or_stdlib(frame.file):
+            continue
+        try:
+            path, parsed = _library(frame)
+            mod = _module_name(path)
+        except _Decline:
+            continue
+        if mod == libmod or mod in found:
+            continue
+        for stmt in parsed.module.body:
+            for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
+                if not isinstance(small, cst.ImportFrom) or isinstance(small.names, cst.ImportStar):
+                    continue
+                source = _absolute(parsed, mod, small)
+                if source != libmod and not libmod.startswith(source + "."):
+                    continue
+                for alias in small.names:
+                    if parsed.module.code_for_node(alias.name) == name:
+                        found[mod] = (parsed, parsed.module.code_for_node(alias.asname.name) if alias.asname else name)
+    return found
+
+
+def _read_at_import(lib: ParsedFile, name: str) -> bool:
+    """Whether the module reads its global ``name`` while it is imported (outside
+    any function: a subclass's base, a dict of classes, a class attribute), so that
+    those keep the class bound before the patch."""
+    for assignment in lib.scopes[lib.module][name]:
+        for access in assignment.references:
+            if access.is_annotation:
+                continue
+            scope = access.scope
+            while scope is not scope.globals and not isinstance(scope, FunctionScope):
+                scope = scope.parent
+            if not isinstance(scope, FunctionScope):
+                return True
+    return False
+
+
+def source_digest(lines: list[str], first: int) -> str:
+    """The sha256 of what ``inspect.getsource`` gives for the function whose
+    ``def`` is on line ``first`` (1-based) of a file of ``lines``: the same block
+    of the file's lines, newlines made ``\\n`` as ``linecache`` reads them."""
+    block = inspect.getblock(lines[first - 1 :])
+    return hashlib.sha256("".join(block).encode()).hexdigest()[:_DIGEST]
+
+
+_GUARD = "_gbfix_unchanged"
+_DIGEST = 16  # hex digits: a check that the text changed, not against forgery
+_GUARD_CODE = '''\
+def _gbfix_unchanged(module, qualname, digest):
+    """Whether the library function ``module.qualname`` is still the code gbfix
+    fixed (the start of the sha256 of its source): on any other version of the
+    library the patch stays off."""
+    import hashlib  # here, not at the top: nothing else in this file needs them
+    import importlib
+    import inspect
+
+    try:
+        obj = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+        source = inspect.getsource(obj)
+    except (ImportError, AttributeError, OSError, TypeError):
+        return False
+    return hashlib.sha256(source.encode()).hexdigest()[: len(digest)] == digest
+'''
+
+
+def _with_patch(
+    ctx: SiteContext,
+    lib: ParsedFile,
+    method: cst.FunctionDef,
+    sub: str,
+    libmod: str,
+    name: str,
+    binds: dict[str, tuple[ParsedFile, str]],
+    needed: list[tuple[str, str | None, str | None]],
+) -> tuple[cst.Module, int]:
+    """The user's module with the patch after its imports: under a check that the
+    library's method is the text copied, the subclass, named as the library's class,
+    rebound in each module that constructs it; and the line where the copied ``def`` starts."""
+    meth = method.name.value
+    lines = io.StringIO(lib.source.text, newline=None).readlines()
+    digest = source_digest(lines, lib.span(method)[0][0])
+    newline = ctx.module.default_newline
+    config = ctx.module.config_for_parsing
+    head = [f"import {m}" for m in sorted(binds)]
+    froms: dict[str, list[str]] = {}
+    for mod, obj, asname in needed:
+        if obj is None:
+            head.append(f"import {mod}" + (f" as {asname}" if asname else ""))
+        else:
+            froms.setdefault(mod, []).append(obj + (f" as {asname}" if asname else ""))
+    head += [f"from {mod} import {', '.join(names)}" for mod, names in froms.items()]
+    targets = " = ".join(f"{m}.{local}" for m, (_, local) in binds.items())
+    tail = [f'{sub}.__module__ = "{libmod}"', f'{sub}.__name__ = {sub}.__qualname__ = "{name}"', f"{targets} = {sub}"]
+    why = f"# named as {libmod.split('.')[0]}'s class: print(model), pickles and type(m).__name__ stay as they were"
+    blank = cst.EmptyLine(indent=False)
+    subclass = _subclass(ctx, lib, method, sub, f"{libmod}.{name}").with_changes(leading_lines=[blank])
+    end = [cst.parse_statement(t + newline, config=config) for t in tail]
+    end[0] = end[0].with_changes(leading_lines=[blank, cst.EmptyLine(comment=cst.Comment(why))])
+    if_ = cst.parse_statement(f'if {_GUARD}("{libmod}", "{name}.{meth}", "{digest}"):{newline}    pass{newline}', config=config)
+    assert isinstance(if_, cst.If)
+    note = [
+        f"# gbfix: {libmod}.{name}.{meth} breaks the compiled graph, and gbfix does not edit",
+        f"# {libmod.split('.')[0]}: while that method is the code fixed here, {libmod.split('.')[0]} builds this subclass instead.",
+    ]
+    body = [cst.parse_statement(h + newline, config=config) for h in head]
+    patch = if_.with_changes(
+        body=if_.body.with_changes(body=[*body, subclass, *end]),
+        leading_lines=[cst.EmptyLine(), cst.EmptyLine(), *(cst.EmptyLine(comment=cst.Comment(c)) for c in note)],
+    )
+    module = add_helpers(ctx.module, {_GUARD: _GUARD_CODE})
+    at = next(i for i, stmt in enumerate(module.body) if isinstance(stmt, cst.FunctionDef) and stmt.name.value == _GUARD) + 1
+    rest = module.body[at:]
+    if rest:
+        rest = [blank_lines_before(rest[0], 2), *rest[1:]]
+    module = module.with_changes(body=[*module.body[:at], patch, *rest])
+    header = f"class {sub}({libmod}.{name}):"
+    copied_at = next(i for i, line in enumerate(module.code.splitlines(), 1) if line.strip() == header) + 1
+    return module, copied_at
+
+
+class _LibraryPatch(Recipe):
+    """Both patch recipes: the copy fixed as for ``library-class``, bound in the library's modules."""
+
+    rule = "GB0059"
+
+    def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
+        try:
+            self._new = _patch(ctx, self.safety)
+        except _Decline:
+            return None
+        return ctx.module
+
+    def rewrite(self, node: cst.CSTNode) -> Replacement | None:
+        return self._new
+
+
+class LibraryPatch(_LibraryPatch):
+    name = "library-patch"
+    codes = _codes("safe")
+    safety = "safe"
+    tolerates = _tolerates("safe")
+    summary = "a break in a method of a class the library builds itself: the fixed subclass is bound in the library's modules, after this file's imports, while the method's source is the one fixed"
+
+
+class LibraryPatchUnsafe(_LibraryPatch):
+    name = "library-patch-unsafe"
+    codes = _codes("unsafe")
+    safety = "unsafe"
+    tolerates = _tolerates("unsafe")
+    summary = "the same patch with the method fixed by an unsafe recipe"
+
+
+RECIPES = (LibraryClass, LibraryPatch, LibraryClassUnsafe, LibraryPatchUnsafe)
