@@ -12,15 +12,27 @@ time. Two helpers, the first preferred:
   order with the module's other ops, and inductor runs it on every call, also
   with ``fullgraph=True`` and in training. Unlike an effectful op, it leaves the
   graph cacheable in inductor's FX graph cache, and a call costs a plain op
-  call. Its arguments must be typed, so only string and number literals are
-  taken, and the message is formatted here::
+  call. The call keeps its arguments, any expression::
 
-      logger.warning("`x` is deprecated")  ->  _gbfix_log("logger", "warning", "`x` is deprecated")
-      logger.info("step %d", 3)            ->  _gbfix_log("logger", "info", "step 3")
+      logger.warning("`x` is deprecated")   ->  _gbfix_log("logger", "warning", "`x` is deprecated")
+      logger.warning_once(f"{cls} is slow")  ->  _gbfix_log("logger", "warning_once", f"{cls} is slow")
+      logger.info("step %d", step)           ->  _gbfix_log("logger", "info", "step %d", step)
 
-  The record's ``getMessage()`` is the same; its ``msg``/``args`` hold the
-  formatted text. A ``*_once`` method with arguments is declined (it caches on
-  the arguments), as is ``log`` (its level is an expression).
+  The helper runs while Dynamo traces it: it hands strings, numbers and None to
+  the op by kind (the op's arguments are typed; a number Dynamo made symbolic,
+  a step or a size, travels as a Scalar and is known at run time), and the op
+  calls the method with the same arguments, rebuilt in order: the record's
+  msg/args are the original's, and so is what a ``*_once`` method (an
+  ``lru_cache`` on its arguments: once per process per distinct arguments)
+  counts as a repeat. Any other value (a tensor, a ``torch.Size``) makes the
+  helper call the logger itself, which breaks again, at the helper: the
+  verifier rejects the edit and the next recipe is tried.
+  A logger that is not a module global is found by its name when that name is
+  known: ``logging.getLogger(__name__).info(...)`` written inline (Dynamo
+  first breaks inside ``getLogger``, GB6215) and ``self.logger.info(...)``
+  where every assignment of the class to ``self.logger`` is the same
+  ``logging.getLogger("literal" or __name__)`` become
+  ``_gbfix_log_named(__name__, "info", ...)``.
 - ``logger-to-leaf``: a ``torch._dynamo.decorators.leaf_function``, which takes
   any argument (tensors too) but does not lower in inductor on torch 2.13, so
   the engine only offers it when every compile uses the eager backend::
@@ -30,11 +42,12 @@ time. Two helpers, the first preferred:
   A tensor that requires grad is detached at the leaf boundary (its text loses
   ``grad_fn``).
 
-Both helpers call ``getattr(globals()["logger"], "warning")(...)``: the logger
-travels by the name of its module global (Dynamo cannot pass a Logger into
-either), so ``self.logger.info(...)`` is declined, as are keyword arguments
-(``exc_info=``, ``extra=``, ...), star arguments, ``logger.exception`` and
-calls whose result is used. The record's funcName/lineno name the helper.
+Dynamo can pass a Logger into neither helper: ``_gbfix_log``'s and
+``_gbfix_log_leaf``'s calls name the logger's module global
+(``getattr(globals()["logger"], "warning")(...)`` at run time). Declined:
+keyword arguments (``exc_info=``, ``extra=``, ...), star arguments,
+``logger.exception`` and calls whose result is used. The record's
+funcName/lineno name the helper.
 """
 
 from __future__ import annotations
@@ -46,7 +59,14 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from gbfix.recipes.base import Recipe, SiteContext
-from gbfix.recipes.print_call import call_at, global_bindings, is_module_global, str_literal
+from gbfix.recipes.print_call import (
+    builtin_at,
+    call_at,
+    global_bindings,
+    is_module_global,
+    qualified_names,
+    str_literal,
+)
 
 # Logger methods that emit a record and return None. `warning_once` / `info_once`
 # are the lru_cached methods transformers adds to Logger; `exception` is left
@@ -54,9 +74,6 @@ from gbfix.recipes.print_call import call_at, global_bindings, is_module_global,
 _METHODS = frozenset(
     {"debug", "info", "warning", "warn", "error", "critical", "fatal", "log", "warning_once", "info_once"}
 )
-# What the custom op takes: `log` needs its level, an expression, as first argument.
-_OP_METHODS = _METHODS - {"log"}
-_LITERALS = (str, int, float, type(None))  # bool is an int
 # warn_call's op helper: its calls end with their own line number, which a
 # helper added above them changes, so adding any helper renumbers them.
 NUMBERED_HELPER = "_gbfix_warn"
@@ -72,6 +89,48 @@ OP_LIBRARY = ("_gbfix_lib", '''\
 _gbfix_lib = torch.library.Library("gbfix", "FRAGMENT")
 _gbfix_tag = "".join(c if c.isalnum() else "_" for c in __name__)
 _gbfix_sink = torch.empty(0)
+''')
+
+# What logger-to-op's helpers share. The arguments reach the op by kind, as its
+# schema types them: strings as text, numbers (sizes and steps that Dynamo made
+# symbolic too) as Scalars, None as a mark; the op rebuilds them in order, so the
+# logger's method gets the very arguments of the original call: the record's
+# msg/args and a `*_once` method's cache (keyed on the arguments) are the same.
+LOG_OP = ("_gbfix_log_send", '''\
+def _gbfix_logger(owner, name):
+    # Added by gbfix: the logger, by the name of its module global or by its own
+    # name (stdlib logging, looked up without an import that could rebind this
+    # module's own `logging`).
+    return globals()[owner] if owner is not None else __import__("logging").getLogger(name)
+
+
+def _gbfix_log_impl(owner, name, method, kinds, texts, numbers, sink):
+    # Added by gbfix: the body of the op below, run at run time inside compiled
+    # graphs: the arguments back in order (s: text, n: number, -: None).
+    texts, numbers = iter(texts), iter(numbers)
+    args = [next(texts) if k == "s" else next(numbers) if k == "n" else None for k in kinds]
+    getattr(_gbfix_logger(owner, name), method)(*args)
+
+
+_gbfix_lib.define(
+    f"log_{_gbfix_tag}(str? owner, str? name, str method, str kinds, str[] texts, Scalar[] numbers, Tensor(a!) sink) -> ()"
+)
+_gbfix_lib.impl(f"log_{_gbfix_tag}", _gbfix_log_impl, "CompositeExplicitAutograd")
+torch.library.register_fake(f"gbfix::log_{_gbfix_tag}", lambda *args: None, lib=_gbfix_lib)
+_gbfix_log_op = getattr(torch.ops.gbfix, f"log_{_gbfix_tag}")
+
+
+def _gbfix_log_send(owner, name, method, args):
+    # Added by gbfix: runs while Dynamo traces. Strings, numbers and None go to the
+    # op (exact types: a str or float subclass would print differently); anything
+    # else, a tensor say, is logged by the logger itself, which Dynamo cannot trace.
+    if all(type(a) in (str, int, float, bool, type(None)) for a in args):
+        kinds = "".join("s" if type(a) is str else "-" if a is None else "n" for a in args)
+        texts = [a for a in args if type(a) is str]
+        numbers = [a for a in args if type(a) in (int, float, bool)]
+        _gbfix_log_op(owner, name, method, kinds, texts, numbers, _gbfix_sink)
+    else:
+        getattr(_gbfix_logger(owner, name), method)(*args)
 ''')
 
 
@@ -127,69 +186,65 @@ class LoggerRecipe(HelperRecipe):
 
     def match(self, ctx: SiteContext) -> cst.Call | None:
         call = call_at(ctx)
-        if call is None or not isinstance(call.func, cst.Attribute):
-            return None
-        owner, method = call.func.value, call.func.attr.value
-        if not isinstance(owner, cst.Name) or method not in self.methods or not is_module_global(ctx, owner):
+        if call is None or not isinstance(call.func, cst.Attribute) or call.func.attr.value not in self.methods:
             return None
         if not call.args or any(a.keyword is not None or a.star for a in call.args):
             return None
-        return call
+        self._owner = self.owner(ctx, call.func.value)
+        return None if self._owner is None else call
+
+    def owner(self, ctx: SiteContext, node: cst.BaseExpression) -> cst.BaseExpression | None:
+        """How the helper finds the logger: the name of its module global, as a string."""
+        if isinstance(node, cst.Name) and is_module_global(ctx, node):
+            return cst.SimpleString(str_literal(node.value))
+        return None
 
     def head(self, call: cst.Call) -> list[cst.Arg]:
-        """The logger's global name and the method, as the helper's first arguments."""
-        assert isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name)
-        owner, method = call.func.value.value, call.func.attr.value
-        return [cst.Arg(cst.SimpleString(str_literal(owner))), cst.Arg(cst.SimpleString(str_literal(method)))]
+        """The logger's owner and the method, as the helper's first arguments."""
+        assert isinstance(call.func, cst.Attribute)
+        return [cst.Arg(self._owner), cst.Arg(cst.SimpleString(str_literal(call.func.attr.value)))]
 
 
 class LoggerToOp(LoggerRecipe):
     name = "logger-to-op"
+    codes = ("GB0291", "GB6215")  # GB6215: Dynamo first breaks inside logging.getLogger(...) written inline
     requires = frozenset({"register_fake"})
-    shared = (OP_LIBRARY,)
-    methods = _OP_METHODS
-    summary = "logger.<level>(literal, ...) -> a library op that logs at run time, kept in order by inductor"
+    shared = (OP_LIBRARY, LOG_OP)
+    summary = "logger.<level>(...) -> a library op that logs at run time with the same arguments, kept in order by inductor"
     helper = "_gbfix_log"
     helper_code = '''\
-def _gbfix_log_impl(owner, method, message, sink):
-    # Added by gbfix: the body of the op below, run at run time inside compiled
-    # graphs. The logger travels by the name of its global.
-    getattr(globals()[owner], method)(message)
-
-
-_gbfix_lib.define(f"log_{_gbfix_tag}(str owner, str method, str message, Tensor(a!) sink) -> ()")
-_gbfix_lib.impl(f"log_{_gbfix_tag}", _gbfix_log_impl, "CompositeExplicitAutograd")
-torch.library.register_fake(f"gbfix::log_{_gbfix_tag}", lambda *args: None, lib=_gbfix_lib)
-_gbfix_log_op = getattr(torch.ops.gbfix, f"log_{_gbfix_tag}")
-
-
-def _gbfix_log(owner, method, message):
-    _gbfix_log_op(owner, method, message, _gbfix_sink)
+def _gbfix_log(owner, method, *args):
+    # Added by gbfix: the logger travels by the name of its module global.
+    _gbfix_log_send(owner, None, method, args)
 '''
+    named_helper = ("_gbfix_log_named", '''\
+def _gbfix_log_named(name, method, *args):
+    # Added by gbfix: the logger travels by its own name (logging.getLogger(name)).
+    _gbfix_log_send(None, name, method, args)
+''')
 
     def match(self, ctx: SiteContext) -> cst.Call | None:
+        self.helper, self.helper_code = type(self).helper, type(self).helper_code
         call = super().match(ctx)
-        if call is None:
-            return None
-        values = [literal(ctx, a.value) for a in call.args]
-        if not all(isinstance(v, _LITERALS) for v in values) or not isinstance(values[0], str):
-            return None  # a value known only at run time (a tensor would print as a FakeTensor)
-        message, *args = values
-        if args:
-            assert isinstance(call.func, cst.Attribute)
-            if call.func.attr.value.endswith("_once"):
-                return None  # lru_cached on its arguments: formatting here would change what counts as a repeat
-            try:
-                message = message % tuple(args)  # what LogRecord.getMessage() does
-            except (TypeError, ValueError, OverflowError, MemoryError):
-                return None  # the original reports a logging error
-        self._message = None if not args else cst.SimpleString(str_literal(message))
+        if call is not None and self._named:
+            self.helper, self.helper_code = self.named_helper
         return call
 
+    def owner(self, ctx: SiteContext, node: cst.BaseExpression) -> cst.BaseExpression | None:
+        """A module global's name, or the name expression of a logger that
+        ``logging.getLogger`` returns: written inline, or stored on ``self`` by
+        every assignment the class makes to that attribute."""
+        self._named = False
+        found = super().owner(ctx, node)
+        if found is not None:
+            return found
+        self._named = True
+        if isinstance(node, cst.Attribute):
+            node = _attribute_logger(ctx, node)
+        return None if node is None else _logger_name(ctx, node)
+
     def reroute(self, call: cst.Call) -> cst.Call:
-        first = call.args[0]
-        message = first if self._message is None else first.with_changes(value=self._message)
-        return call.with_changes(func=cst.Name(self.helper), args=arglist(call, [*self.head(call), message]))
+        return call.with_changes(func=cst.Name(self.helper), args=arglist(call, [*self.head(call), *call.args]))
 
 
 class LoggerToLeaf(LoggerRecipe):
@@ -239,6 +294,97 @@ def arglist(call: cst.Call, args: list[cst.Arg]) -> list[cst.Arg]:
             comma = sep
         out.append(arg.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT, comma=comma))
     return out
+
+
+def _logger_name(ctx: SiteContext, node: cst.BaseExpression) -> cst.BaseExpression | None:
+    """The name argument of a ``logging.getLogger(...)`` call (``None`` for the root
+    logger), when it is a string literal or the module's ``__name__``: a value
+    that names the same logger wherever the helper is called."""
+    if not isinstance(node, cst.Call) or qualified_names(ctx, node.func) != {"logging.getLogger"}:
+        return None
+    if not node.args:
+        return cst.Name("None")
+    if len(node.args) > 1 or node.args[0].keyword is not None or node.args[0].star:
+        return None
+    name = node.args[0].value
+    if isinstance(literal(ctx, name), str) and not isinstance(name, cst.FormattedString):
+        return name
+    if isinstance(name, cst.Name) and name.value == "__name__" and builtin_at(ctx, name, "__name__"):
+        return name
+    return None
+
+
+def _attribute_logger(ctx: SiteContext, node: cst.Attribute) -> cst.BaseExpression | None:
+    """The one value that the class of the method holding ``self.<attr>`` gives that
+    attribute (every ``self.<attr> = ...`` in its methods and a class-level
+    ``<attr> = ...`` writing the same code), or None."""
+    func = ctx.enclosing(cst.FunctionDef, node=node)
+    cls = None if func is None else ctx.enclosing(cst.ClassDef, node=func)
+    if cls is None or not func.params.params or not isinstance(node.value, cst.Name):
+        return None
+    if node.value.value != func.params.params[0].name.value:
+        return None
+    values = _AttributeValues(node.attr.value)
+    cls.visit(values)
+    codes = {ctx.code(v) for v in values.found}
+    return values.found[0] if values.found and len(codes) == 1 and not values.other else None
+
+
+class _AttributeValues(cst.CSTVisitor):
+    """What a class assigns to one attribute: at class level or on its methods' first parameter."""
+
+    def __init__(self, attr: str) -> None:
+        self.attr = attr
+        self.found: list[cst.BaseExpression] = []
+        self.other = False  # also bound some other way (augmented, unpacked, deleted, in a nested class)
+        self.selves: list[str] = []  # the first parameter of each method entered
+        self.depth = 0  # classes entered
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.depth += 1
+
+    def leave_ClassDef(self, node: cst.ClassDef) -> None:
+        self.depth -= 1
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        params = node.params.params
+        self.selves.append(params[0].name.value if params else "")
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.selves.pop()
+
+    def _is_target(self, target: cst.BaseExpression) -> bool:
+        if isinstance(target, (cst.Tuple, cst.List)):
+            self.other |= any(self._is_target(e.value) for e in target.elements)
+            return False
+        if not self.selves:
+            hit = isinstance(target, cst.Name) and target.value == self.attr
+        else:
+            hit = (
+                isinstance(target, cst.Attribute)
+                and target.attr.value == self.attr
+                and isinstance(target.value, cst.Name)
+                and target.value.value == self.selves[0]
+            )
+        self.other |= hit and self.depth > 1
+        return hit
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for t in node.targets:
+            if self._is_target(t.target):
+                self.found.append(node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if self._is_target(node.target):
+            self.other |= node.value is None
+            if node.value is not None:
+                self.found.append(node.value)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self.other |= self._is_target(node.target)
+
+    def visit_Del(self, node: cst.Del) -> None:
+        self.other |= self._is_target(node.target)
 
 
 def _defines(ctx: SiteContext, name: str) -> bool | None:
