@@ -35,7 +35,7 @@ def fn(body: str, params: str = "x: torch.Tensor, t: torch.Tensor") -> str:
 
 # Where Dynamo reports each rule example's break: the first of these in the example.
 RULE_SITES = {
-    "GB0124": ("self.temperature.item()", "x.abs().max().item()", "int(mask.sum())"),
+    "GB0124": ("self.temperature.item()", "x.abs().max().item()", "int(mask.sum())", "(labels != -100).sum().item()"),
     "GB0025": ("torch._dynamo.graph_break(",),
     "GB4297": ("torch._dynamo.skip_frame(",),
     "GB0033": ("lengths.tolist()",),
@@ -220,6 +220,55 @@ def test_matmul_and_masked_fill_show_tensors():
     return scores / t.item()
     """
     assert "return scores / t.detach().reshape(())\n" in at(fn(body, "q, k, mask, t"), "t.item()")
+
+
+@pytest.mark.parametrize(
+    "body, read, expected",
+    [
+        (  # a count in a local, divided into a loss
+            "loss = torch.nn.functional.cross_entropy(x, y, reduction='sum')\nn = (y != -100).sum().item()\nreturn loss / n",
+            "(y != -100).sum().item()",
+            "n = (y != -100).sum().detach()\n",
+        ),
+        (  # inline, with int() of an integer tensor
+            "loss = x.float().mean()\nreturn loss * int(y.long().sum())",
+            "int(y.long().sum())",
+            "return loss * y.long().sum().detach()\n",
+        ),
+        (  # an integer tensor of any shape: reshaped as .item() would check
+            "return x.sum(dim=0).mean() / y.long().item()",
+            "y.long().item()",
+            "return x.sum(dim=0).mean() / y.long().detach().reshape(())\n",
+        ),
+        (  # a clamp bound on a 0-dim loss
+            "return torch.nn.functional.mse_loss(x, x).clamp(max=(y > 0).sum().item())",
+            "(y > 0).sum().item()",
+            "return torch.nn.functional.mse_loss(x, x).clamp(max=(y > 0).sum().detach())\n",
+        ),
+    ],
+)
+def test_integer_read_with_a_zero_dim_floating_partner(body, read, expected):
+    assert expected in at(fn(body, "x: torch.Tensor, y: torch.Tensor"), read)
+
+
+@pytest.mark.parametrize(
+    "body, read",
+    [
+        ("return x.float().mean() / y.float().sum().item()", "y.float().sum().item()"),  # a float read: float64 vs float32
+        ("return x.float().mean() / ((y > 0).sum().item() + 1)", "(y > 0).sum().item()"),  # literal arithmetic: .double()
+        ("n = (y > 0).sum().item()\nreturn x.float().mean() / n + x * (n + 1)", "(y > 0).sum().item()"),  # one use chained
+        ("return x.sum() / (y > 0).sum().item()", "(y > 0).sum().item()"),  # x's dtype not shown
+        ("return x.long().sum() / (y > 0).sum().item()", "(y > 0).sum().item()"),  # an integer partner
+    ],
+)
+def test_zero_dim_partner_declines(body, read):
+    assert at(fn(body, "x: torch.Tensor, y: torch.Tensor"), read) is None
+
+
+def test_loss_normalize_fixture():
+    source = (RULES.parent / "tests" / "fixtures" / "realworld" / "loss_normalize" / "losses.py").read_text()
+    out = at(source, "(labels != ignore_index).sum().item()")
+    assert "    num_tokens = (labels != ignore_index).sum().detach()\n    return loss_sum / num_tokens\n" in out
 
 
 # ---- item-to-tensor: declines ----

@@ -118,6 +118,9 @@ _TENSOR_MODULES = _words(
 )
 _PARAMETER_CLASSES = _words("torch.nn.Parameter torch.nn.parameter.Parameter torch.nn.Buffer torch.nn.parameter.Buffer")
 _LOSSES = _words("cross_entropy nll_loss binary_cross_entropy binary_cross_entropy_with_logits kl_div")
+# What the other operand of a use is (see ItemToTensor._feeds_tensor).
+_DIMENSIONED = "dimensioned"
+_ZERO_DIM_FLOAT = "0-dim float"
 
 def _number(expr: cst.BaseExpression) -> float | int | None:
     """The value of a real numeric literal (`2`, `1e-6`, `-0.5`), else None."""
@@ -576,18 +579,26 @@ class ItemToTensor(Recipe):
         climbed = self._climb(f, call, is_float)
         if climbed is None:
             return None
+        int_read = not is_float and f.dtype(source) == "int"
         top, chained, is_float = climbed
         holder = f.parent(top)
-        if self._feeds_tensor(f, top):  # inline: `x * t.item()`
+        feeds = self._feeds_tensor(f, top)
+        if feeds:  # inline: `x * t.item()`
             # `x op= ...` writes in place, and x may share memory with the source
             quiet = not isinstance(holder, cst.AugAssign) and all(f.pure(n) for n in self._evaluated_after(f, top))
+            partners = {feeds}
         elif isinstance(holder, cst.Assign) and holder.value is top:
             uses = self._uses(f, holder, is_float)
             if uses is None:
                 return None
-            chained = chained or any(c for _, c in uses)
-            quiet = self._quiet_until(f, holder, [u for u, _ in uses])
+            chained = chained or any(c for _, c, _ in uses)
+            quiet = self._quiet_until(f, holder, [u for u, _, _ in uses])
+            partners = {p for _, _, p in uses}
         else:
+            return None
+        # A 0-dim floating partner sets the result dtype for a Python int and an integer
+        # 0-dim tensor alike; a float64 one (`.double()` below) would win over float32.
+        if _ZERO_DIM_FLOAT in partners and not (int_read and not chained):
             return None
         self._new = self._as_tensor(
             call, source, zero_dim=f.zero_dim(source), double=chained, snapshot=not (f.fresh(source) or quiet)
@@ -654,26 +665,33 @@ class ItemToTensor(Recipe):
             chained = True
             node = up
 
-    def _feeds_tensor(self, f: _Facts, top: cst.BaseExpression) -> bool:
+    def _feeds_tensor(self, f: _Facts, top: cst.BaseExpression) -> str | None:
+        """How the value at ``top`` meets a tensor: `_DIMENSIONED` (an operand whose dtype
+        wins over any 0-dim tensor), `_ZERO_DIM_FLOAT` (a 0-dim floating tensor: only an
+        integer read keeps the result dtype), or None (another use)."""
         up = f.parent(top)
         if isinstance(up, cst.BinaryOperation) and isinstance(up.operator, _SCALAR_OPS):
             # `s / x` runs as x.reciprocal() * s for a Python s: one rounding more than div
             if isinstance(up.operator, cst.Divide) and up.left is top:
-                return False
+                return None
             return self._partner(f, up.right if up.left is top else up.left)
         if isinstance(up, cst.AugAssign) and up.value is top and isinstance(up.operator, _SCALAR_ASSIGN_OPS):
             # in place: the target keeps its dtype, so any tensor target behaves the same
-            return isinstance(up.target, cst.Name) and f.tensor(up.target)
+            return _DIMENSIONED if isinstance(up.target, cst.Name) and f.tensor(up.target) else None
         if isinstance(up, cst.Arg) and up.value is top and not up.star:
             call = f.parent(up)
             subject = self._arg_subject(f, call, up) if isinstance(call, cst.Call) else None
-            return subject is not None and self._partner(f, subject)
-        return False
+            return None if subject is None else self._partner(f, subject)
+        return None
 
     @staticmethod
-    def _partner(f: _Facts, e: cst.BaseExpression) -> bool:
-        """The other operand makes promotion ignore the scalar's being a tensor."""
-        return f.tensor(e) and f.dtype(e) != "int" and not f.zero_dim(e, maybe=True)
+    def _partner(f: _Facts, e: cst.BaseExpression) -> str | None:
+        """Whether the other operand makes promotion ignore the scalar's being a tensor."""
+        if not f.tensor(e):
+            return None
+        if f.dtype(e) != "int" and not f.zero_dim(e, maybe=True):
+            return _DIMENSIONED
+        return _ZERO_DIM_FLOAT if f.dtype(e) == "float" else None
 
     @staticmethod
     def _arg_subject(f: _Facts, call: cst.Call, arg: cst.Arg) -> cst.BaseExpression | None:
@@ -693,9 +711,10 @@ class ItemToTensor(Recipe):
             return pos[3 - index]
         return None
 
-    def _uses(self, f: _Facts, assign: cst.Assign, is_float: bool) -> list[tuple[cst.Name, bool]] | None:
+    def _uses(self, f: _Facts, assign: cst.Assign, is_float: bool) -> list[tuple[cst.Name, bool, str]] | None:
         """The loads of `name = <read>`, each with whether it goes through literal
-        arithmetic, when every one feeds tensor arithmetic; None otherwise."""
+        arithmetic and its partner (see `_feeds_tensor`), when every one feeds tensor
+        arithmetic; None otherwise."""
         if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
             return None
         target = assign.targets[0].target
@@ -709,9 +728,10 @@ class ItemToTensor(Recipe):
         uses = []
         for ref in assignment.references:
             climbed = self._climb(f, ref.node, is_float) if isinstance(ref.node, cst.Name) else None
-            if climbed is None or not self._feeds_tensor(f, climbed[0]):
+            partner = None if climbed is None else self._feeds_tensor(f, climbed[0])
+            if partner is None:
                 return None
-            uses.append((ref.node, climbed[1]))
+            uses.append((ref.node, climbed[1], partner))
         return uses or None
 
     @staticmethod
