@@ -8,6 +8,13 @@ is not a target; one test runs the whole engine on such a folder.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+import inspect
+import io
+import shutil
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -18,10 +25,11 @@ from gbfix.entry import parse as parse_entry
 from gbfix.locate import Locator
 from gbfix.records import Break, Cause, Edit, Frame
 from gbfix.recipes.base import SiteContext
-from gbfix.recipes.library_class import LibraryClass, LibraryClassUnsafe
+from gbfix.recipes.library_class import _GUARD_CODE, LibraryClass, LibraryClassUnsafe, LibraryPatch, LibraryPatchUnsafe, source_digest
 from gbfix.sources import read
 from tests.helpers import ALL_CAPABILITIES
 
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 MODULE_PY = "/usr/lib/python3.11/site-packages/torch/nn/modules/module.py"
 MACHINERY = (Frame(MODULE_PY, 1778, 19, 51, "_wrapped_call_impl"), Frame(MODULE_PY, 1789, 19, 48, "_call_impl"))
 
@@ -330,3 +338,256 @@ def test_engine_fixes_a_break_in_a_package_outside_the_targets(tmp_path):
     assert set(result.fixed) == {(tmp_path / "model.py").resolve()}
     assert "class _GbfixFixedBlock(Block):" in result.fixed[(tmp_path / "model.py").resolve()].decode()
     assert (pkg / "layers.py").read_text() == layers
+
+
+# --- library-patch: a class the library builds itself -------------------------
+
+ALONE = LAYERS.split("\n\nclass Encoder")[0] + "\n"  # Block without the subclasses the file derives from it
+
+OUTER = """\
+from torch import nn
+
+from .layers import Block
+
+
+class Net(nn.Module):
+    def __init__(self, dim=8):
+        super().__init__()
+        self.block = Block(dim)
+
+    def forward(self, x):
+        return self.block(x)  # OUTER
+"""
+
+SCRIPT = """\
+import torch
+
+from pkg import Net
+
+model = torch.compile(Net())
+print(model(torch.randn(2, 8)))  # CALL
+"""
+
+
+def patch(
+    tmp_path: Path,
+    script: str = SCRIPT,
+    body: str = PRINT_BODY,
+    *,
+    layers: str = ALONE,
+    outer: str = OUTER,
+    code: str = "GB0059",
+    lib_span: str = "print(",
+    recipe=LibraryPatch,
+    below: tuple[Frame, ...] = (),
+) -> str | None:
+    """Propose at the script's call marked ``# CALL``, which calls pkg.model.Net
+    (``# OUTER``), which calls pkg.layers.Block (``# BREAK``); the edited script,
+    or None when the recipe declines."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("from pkg.model import Net\n")
+    (tmp_path / "pkg" / "helpers.py").write_text("def exists(v):\n    return v is not None\n")
+    lib_text = layers.format(body=textwrap.indent(textwrap.dedent(body), "        ").rstrip("\n"))
+    lib_path = (tmp_path / "pkg" / "layers.py").resolve()
+    lib_path.write_text(lib_text)
+    outer_path = (tmp_path / "pkg" / "model.py").resolve()
+    outer_path.write_text(outer)
+    user = (tmp_path / "run.py").resolve()
+    user.write_text(script)
+    stack = (
+        _frame(user, script, "# CALL", "model(torch.randn(2, 8))", "<module>"),
+        *MACHINERY,
+        _frame(outer_path, outer, "# OUTER", "self.block(x)", "forward"),
+        *MACHINERY,
+        _frame(lib_path, lib_text, "# BREAK", lib_span, "forward"),
+        *below,
+    )
+    brk = Break((Cause(code, code, ""),), stack)
+    locator = Locator({user: read(user)})
+    site = locator.site(brk)
+    parsed = locator.parsed(user)
+    rw = recipe().propose(SiteContext(site, locator.node(site), parsed, ALL_CAPABILITIES))
+    if rw is None:
+        return None
+    (s, e) = parsed.span(rw.original)
+    edit = Edit(0, site, recipe.name, recipe.safety, rw.message, s, e, rw.original, rw.replacement, rw.imports)
+    return edits.apply(parsed, [edit]).decode()
+
+
+
+def test_patch_a_class_the_library_builds(tmp_path):
+    """pkg.model.Net builds pkg.layers.Block; the script builds only Net."""
+    out = patch(tmp_path)
+    lib = (tmp_path / "pkg" / "layers.py").read_text().splitlines(keepends=True)
+    assert out == '''\
+import torch
+
+from pkg import Net
+
+
+def _gbfix_unchanged(module, qualname, digest):
+    """Whether the library function ``module.qualname`` is still the code gbfix
+    fixed (the start of the sha256 of its source): on any other version of the
+    library the patch stays off."""
+    import hashlib  # here, not at the top: nothing else in this file needs them
+    import importlib
+    import inspect
+
+    try:
+        obj = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+        source = inspect.getsource(obj)
+    except (ImportError, AttributeError, OSError, TypeError):
+        return False
+    return hashlib.sha256(source.encode()).hexdigest()[: len(digest)] == digest
+
+
+# gbfix: pkg.layers.Block.forward breaks the compiled graph, and gbfix does not edit
+# pkg: while that method is the code fixed here, pkg builds this subclass instead.
+if _gbfix_unchanged("pkg.layers", "Block.forward", "{digest}"):
+    import pkg.layers
+    import pkg.model
+    import torch.nn.functional as F
+    from pkg.layers import SCALE, exists
+
+    class _GbfixFixedBlock(pkg.layers.Block):
+        def forward(self, x, mask=None):
+            h = F.gelu(self.proj(x))
+            if exists(mask):
+                h = h * mask
+            torch._higher_order_ops.print("block norm {{:.4f}}", h.norm())  # BREAK
+            return x + SCALE * h
+
+    # named as pkg's class: print(model), pickles and type(m).__name__ stay as they were
+    _GbfixFixedBlock.__module__ = "pkg.layers"
+    _GbfixFixedBlock.__name__ = _GbfixFixedBlock.__qualname__ = "Block"
+    pkg.layers.Block = pkg.model.Block = _GbfixFixedBlock
+
+
+model = torch.compile(Net())
+print(model(torch.randn(2, 8)))  # CALL
+'''.format(digest=source_digest(lib, lib.index("    def forward(self, x, mask=None):\n") + 1))
+
+
+def _digest_of(path: Path, cls: str, method: str) -> str:
+    """What the guard compares, from the running interpreter: the start of the sha256 of inspect.getsource."""
+    spec = importlib.util.spec_from_file_location(f"_gbfix_test_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return hashlib.sha256(inspect.getsource(getattr(getattr(module, cls), method)).encode()).hexdigest()[:16]
+
+
+def test_the_copy_keeps_the_librarys_text_one_level_deeper(tmp_path):
+    """Lines of code gain the guard's indentation; the lines of a multi-line string stay as they are."""
+    body = '''\
+h = self.proj(
+    x
+)
+note = """block
+norm"""
+print(note, h.norm())  # BREAK
+return x + h'''
+    out = patch(tmp_path, body=body).splitlines()
+    lib = (tmp_path / "pkg" / "layers.py").read_text().splitlines()
+    first = lib.index("    def forward(self, x, mask=None):")
+    copied = out.index("        def forward(self, x, mask=None):")
+    pairs = list(zip(lib[first : first + 9], out[copied : copied + 9]))
+    assert pairs[5] == ("        norm\"\"\"", "        norm\"\"\"")  # inside the string: unchanged
+    assert all(mine == "    " + theirs for i, (theirs, mine) in enumerate(pairs) if i not in (5, 6))
+    assert pairs[6][1] == '            _gbfix_print("{!s} {!s}", note, h.norm())  # BREAK'
+
+
+def test_the_digest_is_what_inspect_getsource_gives(tmp_path):
+    """CRLF line ends, comments after the method and a string that ends at column 0."""
+    text = 'class A:\r\n    def f(self):\r\n        s = """a\r\nb"""\r\n        return s\r\n\r\n    # after\r\n\r\nX = 1\r\n'
+    path = tmp_path / "crlf.py"
+    path.write_bytes(text.encode())
+    lines = io.StringIO(text, newline=None).readlines()
+    assert source_digest(lines, 2) == _digest_of(path, "A", "f")
+
+
+def test_the_guard_is_off_for_other_code(tmp_path, monkeypatch):
+    """The helper written into the user's file: on for the digest of the method, off otherwise."""
+    (tmp_path / "guarded_lib.py").write_text("class A:\n    def f(self):\n        return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    scope: dict = {}
+    exec(_GUARD_CODE, scope)
+    unchanged = scope["_gbfix_unchanged"]
+    digest = _digest_of(tmp_path / "guarded_lib.py", "A", "f")
+    assert unchanged("guarded_lib", "A.f", digest)
+    assert not unchanged("guarded_lib", "A.f", "0" * 16)
+    assert not unchanged("guarded_lib", "A.g", digest)
+    assert not unchanged("no_such_lib", "A.f", digest)
+
+
+def test_the_innermost_library_method_below_torchs(tmp_path):
+    """A frame in torch below the library's method (a module of torch) is not patched."""
+    linear = Path(importlib.util.find_spec("torch").submodule_search_locations[0]) / "nn" / "modules" / "linear.py"
+    line = next(n for n, text in enumerate(linear.read_text().splitlines(), 1) if "return F.linear(" in text)
+    out = patch(tmp_path, below=(Frame(str(linear), line, 15, 50, "forward"),))
+    assert "class _GbfixFixedBlock(pkg.layers.Block):" in out and "Linear" not in out
+
+
+def test_an_unsafe_inner_recipe_makes_the_unsafe_patch(tmp_path):
+    body = """\
+        h = self.proj(x)
+        torch._dynamo.graph_break()  # BREAK
+        return x + h"""
+    safe, unsafe = tmp_path / "safe", tmp_path / "unsafe"
+    safe.mkdir(), unsafe.mkdir()
+    assert patch(safe, body=body, code="GB0025", lib_span="torch._dynamo.graph_break()") is None
+    out = patch(unsafe, body=body, code="GB0025", lib_span="torch._dynamo.graph_break()", recipe=LibraryPatchUnsafe)
+    assert "graph_break" not in out and "pkg.layers.Block = pkg.model.Block = _GbfixFixedBlock" in out
+
+
+@pytest.mark.parametrize(
+    ("layers", "outer"),
+    [
+        (LAYERS, OUTER),  # Encoder(Block): bases are read at import
+        (ALONE + "\n\nBLOCKS = {{\"plain\": Block}}\n", OUTER),  # braces doubled for str.format
+        (ALONE, OUTER.replace("    def __init__", "    block_class = Block\n\n    def __init__")),
+    ],
+    ids=["subclass", "mapping", "class-attribute"],
+)
+def test_a_class_the_library_reads_at_import(tmp_path, layers, outer):
+    assert patch(tmp_path, layers=layers, outer=outer) is None
+
+
+@pytest.mark.parametrize(
+    "script",
+    [SCRIPT.replace("from pkg import Net\n", "from pkg import Net\n\npkg = None\n"), SCRIPT + "\n_GbfixFixedBlock = None\n"],
+    ids=["package-name", "subclass-name"],
+)
+def test_names_the_script_binds_otherwise(tmp_path, script):
+    assert patch(tmp_path, script) is None
+
+
+def test_engine_patches_a_class_the_library_builds(tmp_path):
+    """tests/fixtures/library_patch, run as `python -m run`: tinylib (not a target) builds
+    Mixer inside TinyModel; the script builds only TinyModel and prints it. The fixed
+    program prints the same, has no break left, tinylib stays byte-identical; with
+    Mixer.forward changed, the guard leaves the patch off and tinylib runs as it is."""
+    shutil.copytree(FIXTURES / "library_patch", tmp_path, dirs_exist_ok=True)
+    library = {p.relative_to(tmp_path): p.read_bytes() for p in (tmp_path / "tinylib").rglob("*.py")}
+    before = _run(tmp_path)
+    script = (tmp_path / "run.py").resolve()
+    entry = parse_entry("python -m run", tmp_path)
+    result = engine.fix([script], entry, engine.Options())
+    assert [o.edit.recipe for o in result.outcomes if o.status == "applied"] == ["library-patch"]
+    assert result.remaining == 0 and set(result.fixed) == {script}
+    script.write_bytes(result.fixed[script])
+    assert "tinylib.blocks.Mixer = tinylib.model.Mixer = _GbfixFixedMixer" in script.read_text()
+    assert {p.relative_to(tmp_path): p.read_bytes() for p in (tmp_path / "tinylib").rglob("*.py")} == library
+    assert _run(tmp_path) == before
+    again = engine.fix([script], entry, engine.Options())
+    assert again.findings == () and again.fixed == {}
+
+    blocks = tmp_path / "tinylib" / "blocks.py"
+    blocks.write_text(blocks.read_text().replace("is deprecated;", "is deprecated (0.4);"))
+    assert _run(tmp_path) == before.replace("is deprecated;", "is deprecated (0.4);")
+
+
+def _run(folder: Path) -> str:
+    done = subprocess.run([sys.executable, "-m", "run"], cwd=folder, capture_output=True, text=True, check=True)
+    return done.stdout
