@@ -492,7 +492,7 @@ return x + h'''
     lib = (tmp_path / "pkg" / "layers.py").read_text().splitlines()
     first = lib.index("    def forward(self, x, mask=None):")
     copied = out.index("        def forward(self, x, mask=None):")
-    pairs = list(zip(lib[first : first + 9], out[copied : copied + 9]))
+    pairs = list(zip(lib[first : first + 8], out[copied : copied + 8]))  # the def and its 7 lines
     assert pairs[5] == ("        norm\"\"\"", "        norm\"\"\"")  # inside the string: unchanged
     assert all(mine == "    " + theirs for i, (theirs, mine) in enumerate(pairs) if i not in (5, 6))
     assert pairs[6][1] == '            _gbfix_print("{!s} {!s}", note, h.norm())  # BREAK'
