@@ -506,10 +506,13 @@ def test_warn_rule_example():
     assert f'"FutureWarning", {line})' in after
 
 
-def test_warn_rule_example_leaf():
+def test_warn_rule_example_with_values():
+    # the f-string is built while Dynamo traces (a static shape, an attribute): text for the op
     example = _rule("GB0007", "a message formatted with values")
-    assert rewrite_line(example.before, WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES) is None
-    assert rewrite_line(example.before, WarnToLeaf, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES) == example.after
+    assert rewrite_line(example.before, WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES) == example.after
+    # warn-to-leaf, tried when the op's edit is rejected, passes the same expression
+    leaf = rewrite_line(example.before, WarnToLeaf, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES)
+    assert '_gbfix_warn_leaf(f"got {tokens.shape[1]} tokens, keeping the first {self.max_len}", "UserWarning")' in leaf
 
 
 @pytest.mark.parametrize(
@@ -521,6 +524,10 @@ def test_warn_rule_example_leaf():
         ('warnings.warn(category=DeprecationWarning, message="m", stacklevel=1)', '_gbfix_warn("m", "DeprecationWarning", {line})'),
         ('warnings.warn("m", LegacyWarning)', '_gbfix_warn("m", "LegacyWarning", {line})'),
         ("warnings.warn('a' 'b', RuntimeWarning)", "_gbfix_warn('a' 'b', \"RuntimeWarning\", {line})"),
+        # any message: built while Dynamo traces (the helper's arguments, a static shape)
+        ('warnings.warn(f"`{x}` is deprecated", FutureWarning)', '_gbfix_warn(f"`{{x}}` is deprecated", "FutureWarning", {line})'),
+        ('warnings.warn("m" + x, stacklevel=2)', '_gbfix_warn("m" + x, "UserWarning", {line})'),
+        ("warnings.warn(x)", '_gbfix_warn(x, "UserWarning", {line})'),
     ],
 )
 def test_warn_op_rewrites(stmt, expected):
@@ -568,16 +575,13 @@ def test_warn_op_helper_and_imports():
     assert out.count("def _gbfix_warn(") == 1
     assert "    warnings.warn_explicit(\n" in out
     assert '_gbfix_lib.define(f"warn_{_gbfix_tag}(str message, str category, int lineno, Tensor(a!) sink) -> ()")\n' in out
-    assert "    _gbfix_warn_op(message, category, lineno, _gbfix_sink)\n" in out
+    assert "        _gbfix_warn_op(message, category, lineno, _gbfix_sink)\n" in out
     assert out.index("def _gbfix_warn(") < out.index("class LegacyWarning")
 
 
 @pytest.mark.parametrize(
     "stmt",
     [
-        'warnings.warn(f"m {x}")',  # known at run time only
-        "warnings.warn(x)",
-        'warnings.warn("m" + x)',
         'warnings.warn("m", DeprecationWarning, stacklevel=2)',  # default filters decide by module
         'warnings.warn("m", PendingDeprecationWarning, 2)',
         'warnings.warn("m", LegacyWarning, stacklevel=2)',  # its default filter is not known here

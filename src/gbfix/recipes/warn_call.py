@@ -10,9 +10,16 @@ helpers, the first preferred:
 
 - ``warn-to-op``: a library op that writes to a 0-element tensor of the
   module, like ``logger-to-op``'s, kept in order by inductor (``fullgraph=True``
-  and training included). It takes a literal message::
+  and training included)::
 
       warnings.warn("msg", FutureWarning, stacklevel=2)  ->  _gbfix_warn("msg", "FutureWarning", 57)
+      warnings.warn(f"`{name}` is deprecated")           ->  _gbfix_warn(f"`{name}` is deprecated", "UserWarning", 9)
+
+  The message may be any expression: the helper runs while Dynamo traces, and
+  hands a message known then (a str: a literal, or an f-string of a helper's
+  arguments) to the op; any other value (text built from a tensor, a Warning
+  instance in a variable) is warned by the helper itself, which breaks again
+  there, so the verifier rejects the edit.
 
   Inside the op the Python stack is torch's, so the op does not call
   ``warnings.warn``: it calls ``warnings.warn_explicit`` with this module's
@@ -48,7 +55,7 @@ from __future__ import annotations
 import libcst as cst
 
 from gbfix.recipes.base import SiteContext
-from gbfix.recipes.logging_call import NUMBERED_HELPER, OP_LIBRARY, HelperRecipe, arglist, literal
+from gbfix.recipes.logging_call import NUMBERED_HELPER, OP_LIBRARY, HelperRecipe, arglist
 from gbfix.recipes.print_call import (
     builtin_at,
     call_at,
@@ -109,7 +116,7 @@ class WarnToOp(WarnRecipe):
     name = "warn-to-op"
     requires = frozenset({"register_fake"})
     shared = (OP_LIBRARY,)
-    summary = "warnings.warn(literal, ...) -> a library op that warns at run time, kept in order by inductor"
+    summary = "warnings.warn(...) -> a library op that warns at run time, kept in order by inductor"
     helper = NUMBERED_HELPER
     helper_code = '''\
 def _gbfix_warn_impl(message, category, lineno, sink):
@@ -131,13 +138,18 @@ _gbfix_warn_op = getattr(torch.ops.gbfix, f"warn_{_gbfix_tag}")
 
 
 def _gbfix_warn(message, category, lineno):
-    _gbfix_warn_op(message, category, lineno, _gbfix_sink)
+    # Added by gbfix: runs while Dynamo traces. A message known then (a str) goes to
+    # the op; anything else is warned here, which Dynamo cannot trace.
+    if type(message) is str:
+        _gbfix_warn_op(message, category, lineno, _gbfix_sink)
+    else:
+        _gbfix_warn_impl(message, category, lineno, _gbfix_sink)
 '''
 
     def match(self, ctx: SiteContext) -> cst.Call | None:
         call = super().match(ctx)
-        if call is None or not isinstance(literal(ctx, self._bound["message"].value), str):
-            return None  # a value known only at run time would be formatted at trace time
+        if call is None:
+            return None
         stacklevel, category = self._bound.get("stacklevel"), self._bound.get("category")
         if stacklevel is not None and int(stacklevel.value.value, 0) > 1 and category is not None:
             # The location moves to this module: keep it only where the default
