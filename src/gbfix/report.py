@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from gbfix import upstream
 from gbfix.engine import Finding, Result
 from gbfix.suppress import Filter
 
@@ -24,12 +25,17 @@ def display_path(path: Path, cwd: Path | None = None) -> str:
 
 
 def diagnostic(f: Finding, display: Callable[[Path], str] = display_path) -> str:
-    """``path:line:col: GB0059 [*] message (detail)``; ``[*]`` marks a verified fix."""
+    """``path:line:col: GB0059 [*] message (detail)``; ``[*]`` marks a verified fix.
+
+    The detail ends with what gbfix knows of the break at newer releases of the
+    package it lies in, if it lies in one (``gbfix.upstream``)."""
+    known = upstream.note(f.brk, f.code) if f.brk is not None else None
+    details = "; ".join(d for d in (f.detail, known) if d)
     if f.path is None:
-        return f"{f.code} {f.message} ({f.detail})"
+        return f"{f.code} {f.message} ({details})"
     where = f"{display(f.path)}:{f.line}:{f.col}" if f.col else f"{display(f.path)}:{f.line}"
     mark = " [*]" if f.status == "fixed" else ""
-    detail = f" ({f.detail})" if f.detail else ""
+    detail = f" ({details})" if details else ""
     return f"{where}: {f.code}{mark} {f.message}{detail}"
 
 

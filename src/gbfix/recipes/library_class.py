@@ -226,13 +226,14 @@ def _machinery(frame: Frame) -> bool:
 
 
 @functools.lru_cache(maxsize=32)
-def _method_spans(path: str, stamp: tuple[int, int]) -> tuple[tuple[str, int, int], ...]:
-    """(name, first line, last line) of each method of a module-level class, by
+def method_spans(path: str, stamp: tuple[int, int]) -> tuple[tuple[str, str, int, int], ...]:
+    """(class, name, first line, last line) of each method of a module-level class, by
     ``ast``: some 50 times faster than LibCST, which a torch file can keep busy
-    for seconds, so most frames are turned down before LibCST sees their file."""
+    for seconds, so most frames are turned down before LibCST sees their file.
+    ``stamp`` (mtime, size) keys the cache to the file's version."""
     tree = ast.parse(Path(path).read_bytes())
     return tuple(
-        (fn.name, fn.lineno, fn.end_lineno or fn.lineno)
+        (cls.name, fn.name, fn.lineno, fn.end_lineno or fn.lineno)
         for cls in tree.body
         if isinstance(cls, ast.ClassDef)
         for fn in cls.body
@@ -251,23 +252,28 @@ def _library(frame: Frame) -> tuple[Path, ParsedFile]:
     try:
         st = os.stat(path)
         stamp = (st.st_mtime_ns, st.st_size)
-        if not any(name == frame.name and a <= frame.line <= b for name, a, b in _method_spans(path, stamp)):
+        if not any(name == frame.name and a <= frame.line <= b for _, name, a, b in method_spans(path, stamp)):
             raise _Decline("the frame is not in a method of a module-level class")
         return Path(path), _parse_library(path, stamp)
     except (OSError, SyntaxError, ValueError, GbfixError, cst.ParserSyntaxError) as e:
         raise _Decline(f"cannot read {path}") from e
 
 
-def _module_name(path: Path) -> str:
+def module_name(path: Path) -> str | None:
     """The dotted name a file is imported under: its package folders (with ``__init__.py``) and stem."""
     parts = [] if path.name == "__init__.py" else [path.stem]
     folder = path.parent
     while (folder / "__init__.py").is_file():
         parts.insert(0, folder.name)
         folder = folder.parent
-    if not parts or not all(p.isidentifier() for p in parts):
+    return ".".join(parts) if parts and all(p.isidentifier() for p in parts) else None
+
+
+def _module_name(path: Path) -> str:
+    name = module_name(path)
+    if name is None:
         raise _Decline("not an importable module")
-    return ".".join(parts)
+    return name
 
 
 def _method_at(lib: ParsedFile, frame: Frame) -> tuple[cst.ClassDef, cst.FunctionDef]:
