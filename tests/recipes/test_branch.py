@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gbfix.recipes.branch import RECIPES, BranchToCheck, BranchToCond, BranchToWhere
+from gbfix.recipes.branch import RECIPES, BranchDropShortcut, BranchToCheck, BranchToCond, BranchToGeneralPath, BranchToWhere
 from tests.helpers import ALL_CAPABILITIES, rewrite_at
 
 RULE = Path(__file__).resolve().parents[2] / "rules" / "GB0170.md"
@@ -298,7 +298,6 @@ WHERE_DECLINES = {
     "print in the arm": ("if x.sum() > 0:\n        print(x)\n        x = x * 2", "x.sum() > 0"),
     "state update in the arm": ("if x.sum() > 0:\n        self.count += 1", "x.sum() > 0"),
     "attribute target": ("if x.sum() > 0:\n        self.x = x * 2", "x.sum() > 0"),
-    "two statements": ("if x.sum() > 0:\n        x = x * 2\n        x = x + 1", "x.sum() > 0"),
     "in-place method in the arm": ("if x.sum() > 0:\n        x = x.mul_(2)", "x.sum() > 0"),
     "random arm": ("if x.sum() > 0:\n        x = x + torch.rand_like(x)", "x.sum() > 0"),
     "division by data": ("if n > 0:\n        x = x / n", "n > 0"),
@@ -309,8 +308,6 @@ WHERE_DECLINES = {
     "target not bound": ("if x.sum() > 0:\n        z = x * 2", "x.sum() > 0"),
     "target bound only conditionally": ("if n:\n        z = x\n    if x.sum() > 0:\n        z = x * 2", "x.sum() > 0"),
     "else assigns another name": ("if x.sum() > 0:\n        x = x * 2\n    else:\n        n = n * 2", "x.sum() > 0"),
-    "prefix with else": ("if flag and x.sum() > 0:\n        x = x * 2\n    else:\n        x = -x", "x.sum() > 0"),
-    "or with python part": ("if flag or x.sum() > 0:\n        x = x * 2", "x.sum() > 0"),
     "chained comparison": ("if 0 < x.sum() < 10:\n        x = x * 2", "0 < x.sum() < 10"),
     "no sign x is a tensor": ("if n.sum() > 0:\n        x = x * 2", "n.sum() > 0"),
     "later in-place update": ("if x.sum() > 0:\n        x = x * 2\n    x.add_(1)", "x.sum() > 0"),
@@ -455,7 +452,6 @@ COND_DECLINES = {
     "submodule call": "if x.sum() > 0:\n        return self.proj(x)\n    return x * 2",
     "print in an arm": "if x.sum() > 0:\n        return print(x)\n    return x * 2",
     "name bound after": "if x.sum() > 0:\n        return later * 2\n    return x * 2",
-    "prefix with else": "if flag and x.sum() > 0:\n        return x * 2\n    else:\n        return x",
 }
 
 
@@ -538,7 +534,6 @@ CHECK_DECLINES = {
     "bare raise": "if x.sum() > 0:\n        raise",
     "raise from": "if x.sum() > 0:\n        raise ValueError('x') from err",
     "not a raise": "if x.sum() > 0:\n        x = x * 2",
-    "python or": "if flag or x.sum() > 0:\n        raise ValueError('x')",
 }
 
 
@@ -553,9 +548,7 @@ def test_check_is_unsafe():
     assert BranchToWhere.safety == BranchToCond.safety == "safe"
 
 
-def test_whole_if_span_needs_each_or_operand_to_look_like_a_tensor():
-    python_or = "def f(x, flag):\n    if flag or x.sum() > 0:\n        raise ValueError('x')\n    return x\n"
-    assert fix(python_or, BranchToCheck, "if flag", whole_if=True) is None
+def test_whole_if_span_needs_each_tensor_operand_of_an_or_to_look_like_one():
     tensor_or = "def f(x, y):\n    if x.isnan().any() or y.sum() > 0:\n        raise ValueError('x')\n    return x\n"
     assert fix(tensor_or, BranchToCheck, "if x.isnan", whole_if=True) == body(
         """
@@ -564,6 +557,22 @@ def test_whole_if_span_needs_each_or_operand_to_look_like_a_tensor():
                 torch.logical_not(torch.logical_or(x.isnan().any(), y.sum() > 0)),
                 "ValueError: x",
             )
+            return x
+        """
+    )
+    unknown = "def f(x, y):\n    if x.isnan().any() or y[0]:\n        raise ValueError('x')\n    return x\n"
+    assert fix(unknown, BranchToCheck, "if x.isnan", whole_if=True) is None  # y[0] may be a Python value
+
+
+def test_check_keeps_a_python_or_operand_as_an_if():
+    source = "def f(x, flag):\n    if flag or x.sum() > 0:\n        raise ValueError('x')\n    return x\n"
+    assert fix(source, BranchToCheck, "if flag", whole_if=True) == body(
+        """
+        def f(x, flag):
+            if flag:
+                raise ValueError('x')
+            else:
+                torch._assert_async(torch.logical_not(x.sum() > 0), "ValueError: x")
             return x
         """
     )
@@ -655,3 +664,509 @@ def test_where_declines_tensor_constructors_that_may_differ(change):
 def test_where_declines_tensor_constructors_without_dtype():
     source = LONGROPE.replace("dtype=torch.float32, ", "")
     assert fix(source, BranchToWhere, "seq_len > self.original_max") is None
+
+
+# ---------------------------------------------------------------- Python and tensor parts mixed
+# CPython 3.11 puts every jump of an `and`/`or` test on its first operand (or the
+# whole `if`), so the site does not say which operand is the tensor: the recipes
+# tell them apart by their shape, wherever the Python part stands.
+
+MIXED_CASES = {
+    "tensor first, self.training after (method)": (
+        """
+        class M:
+            def forward(self, x, m):
+                if m.any() and self.training:
+                    x = x.clamp(-1, 1) * 0.5
+                return x
+        """,
+        "m.any() and self.training",
+        BranchToWhere,
+        """
+        class M:
+            def forward(self, x, m):
+                if self.training:
+                    x = torch.where(m.any(), x.clamp(-1, 1) * 0.5, x)
+                return x
+        """,
+    ),
+    "shape test first (the site is on it)": (
+        """
+        def f(x, drop):
+            if x.shape[1] > 0 and drop.any():
+                x = x.clamp(-1, 1)
+            return x
+        """,
+        "x.shape[1] > 0",
+        BranchToWhere,
+        """
+        def f(x, drop):
+            if x.shape[1] > 0:
+                x = torch.where(drop.any(), x.clamp(-1, 1), x)
+            return x
+        """,
+    ),
+    "is not None, tensor test inline": (
+        """
+        def f(x, mask):
+            if mask is not None and (mask == 0).all():
+                x = torch.zeros_like(x)
+            return x
+        """,
+        "mask is not None",
+        BranchToWhere,
+        """
+        def f(x, mask):
+            if mask is not None:
+                x = torch.where((mask == 0).all(), torch.zeros_like(x), x)
+            return x
+        """,
+    ),
+    "or: the body stays for the Python part": (
+        """
+        class M:
+            def forward(self, x):
+                if not self.training or not x.isfinite().all():
+                    x = torch.nan_to_num(x)
+                return x
+        """,
+        "if not self.training",
+        BranchToWhere,
+        """
+        class M:
+            def forward(self, x):
+                if not self.training:
+                    x = torch.nan_to_num(x)
+                else:
+                    x = torch.where(
+                        torch.logical_not(x.isfinite().all()),
+                        torch.nan_to_num(x),
+                        x,
+                    )
+                return x
+        """,
+    ),
+    "tensor first, dtype test after, with an else": (
+        """
+        def f(x):
+            if x.abs().max() > 1e4 and x.dtype == torch.float16:
+                y = x.clamp(-1e4, 1e4)
+            else:
+                y = x * 1
+            return y
+        """,
+        "x.abs().max() > 1e4",
+        BranchToWhere,
+        """
+        def f(x):
+            if x.dtype == torch.float16:
+                y = torch.where(x.abs().max() > 1e4, x.clamp(-1e4, 1e4), x * 1)
+            else:
+                y = x * 1
+            return y
+        """,
+    ),
+    "elif with a Python part": (
+        """
+        def f(x, lo):
+            if x.mean() > 1:
+                x = x - 1
+            elif lo is None or x.mean() < lo:
+                x = x + 1
+            return x
+        """,
+        "lo is None",
+        BranchToWhere,
+        """
+        def f(x, lo):
+            if x.mean() > 1:
+                x = x - 1
+            elif lo is None:
+                x = x + 1
+            else:
+                x = torch.where(x.mean() < lo, x + 1, x)
+            return x
+        """,
+    ),
+    "conditional expression with a Python part": (
+        """
+        def f(x, mask):
+            return x.abs() * 2 if mask is not None and mask.any() else x.abs()
+        """,
+        "mask is not None",
+        BranchToWhere,
+        """
+        def f(x, mask):
+            return torch.where(mask.any(), x.abs() * 2, x.abs()) if mask is not None else x.abs()
+        """,
+    ),
+    "cond: or with a fall-through return": (
+        """
+        class M:
+            def forward(self, x):
+                if not self.training or x.isfinite().all():
+                    return x + 1
+                return x * 2
+        """,
+        "if not self.training",
+        BranchToCond,
+        """
+        class M:
+            def forward(self, x):
+                if not self.training:
+                    return x + 1
+                return torch.cond(x.isfinite().all(), lambda: x + 1, lambda: x * 2)
+        """,
+    ),
+    "cond: if/else under a shape test": (
+        """
+        def f(x, m):
+            if m.any() and x.shape[1] > 0:
+                return x + 1
+            else:
+                return x * 2
+        """,
+        "m.any() and",
+        BranchToCond,
+        """
+        def f(x, m):
+            if x.shape[1] > 0:
+                return torch.cond(m.any(), lambda: x + 1, lambda: x * 2)
+            else:
+                return x * 2
+        """,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", MIXED_CASES)
+def test_mixed_python_and_tensor_test(case):
+    source, fragment, recipe, expected = MIXED_CASES[case]
+    assert fix(source, recipe, fragment) == body(expected)
+
+
+MIXED_DECLINES = {
+    # a later operand that is not visibly static might be a tensor (or raise) when evaluated first
+    "unknown name after the tensor": "if x.sum() > 0 and flag:\n        x = x * 2",
+    "attribute of an unknown object after the tensor": "if x.sum() > 0 and self.cfg.on:\n        x = x * 2",
+    "subscript compared to a name after the tensor": "if x.sum() > 0 and x.shape[0] > n:\n        x = x * 2",
+    "two Python-looking operands, no tensor shown": "if flag and n:\n        x = x * 2",
+}
+
+
+@pytest.mark.parametrize("case", MIXED_DECLINES)
+def test_mixed_declines(case):
+    source = f"def f(self, x, n, flag):\n    {MIXED_DECLINES[case]}\n    return x\n"
+    assert fix(source, BranchToWhere, "if ", whole_if=True) is None
+
+
+def test_a_tensor_flag_in_a_local_with_a_static_part_after_it():
+    source = """
+    class M:
+        def forward(self, x, mask):
+            has_pad = mask.any()
+            if has_pad and self.training:
+                x = x.masked_fill(mask, 0.0)
+            return x
+    """
+    assert fix(source, BranchToWhere, "if has_pad", whole_if=True) == body(
+        """
+        class M:
+            def forward(self, x, mask):
+                has_pad = mask.any()
+                if self.training:
+                    x = torch.where(has_pad, x.masked_fill(mask, 0.0), x)
+                return x
+        """
+    )
+
+
+# ---------------------------------------------------------------- arms of several assignments
+
+STEPS_CASES = {
+    "fp16 overflow clamp (Bart, helper)": (
+        """
+        def clamp_fp16(hidden_states):
+            if hidden_states.dtype == torch.float16 and torch.isinf(hidden_states).any():
+                clamp_value = torch.finfo(hidden_states.dtype).max - 1000
+                hidden_states = torch.clamp(hidden_states, min=-clamp_value, max=clamp_value)
+            return hidden_states
+        """,
+        "hidden_states.dtype == torch.float16",
+        """
+        def clamp_fp16(hidden_states):
+            if hidden_states.dtype == torch.float16:
+                clamp_value = torch.finfo(hidden_states.dtype).max - 1000
+                hidden_states = torch.where(
+                    torch.isinf(hidden_states).any(),
+                    torch.clamp(hidden_states, min=-clamp_value, max=clamp_value),
+                    hidden_states,
+                )
+            return hidden_states
+        """,
+    ),
+    "fp16 clamp with an or inside parentheses (method)": (
+        """
+        class Layer:
+            def forward(self, h):
+                h = self.fc(h)
+                if h.dtype == torch.float16 and (torch.isinf(h).any() or torch.isnan(h).any()):
+                    # keep fp16 finite
+                    clamp_value = torch.finfo(h.dtype).max - 1000
+                    h = torch.clamp(h, min=-clamp_value, max=clamp_value)  # T5
+                return h
+        """,
+        "h.dtype == torch.float16",
+        """
+        class Layer:
+            def forward(self, h):
+                h = self.fc(h)
+                if h.dtype == torch.float16:
+                    # keep fp16 finite
+                    clamp_value = torch.finfo(h.dtype).max - 1000
+                    h = torch.where(
+                        torch.logical_or(torch.isinf(h).any(), torch.isnan(h).any()),
+                        torch.clamp(h, min=-clamp_value, max=clamp_value),
+                        h,
+                    )  # T5
+                return h
+        """,
+    ),
+    "two updates read the test once, before the arm changes it": (
+        """
+        def f(x, y):
+            if x.sum() > 0:
+                x = x * 2
+                y = y.abs() + x
+            return x, y
+        """,
+        "x.sum() > 0",
+        """
+        def f(x, y):
+            pred = x.sum() > 0
+            x = torch.where(pred, x * 2, x)
+            y = torch.where(pred, y.abs() + x, y)
+            return x, y
+        """,
+    ),
+    "a scale read by item-to-tensor (what it writes: .detach())": (
+        """
+        def f(h, ref):
+            h = torch.tanh(h)
+            if h.abs().max() > 0.5:
+                s = ref.max().detach()
+                h = h * s
+            return h
+        """,
+        "h.abs().max() > 0.5",
+        """
+        def f(h, ref):
+            h = torch.tanh(h)
+            s = ref.max().detach()
+            h = torch.where(h.abs().max() > 0.5, h * s, h)
+            return h
+        """,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", STEPS_CASES)
+def test_where_arm_of_several_assignments(case):
+    source, fragment, expected = STEPS_CASES[case]
+    assert fix(source, BranchToWhere, fragment) == body(expected)
+
+
+STEPS_DECLINES = {
+    "temporary read after the if": "if x.sum() > 0:\n        s = x.max()\n        x = x * s\n    print(s)",
+    "temporary read before the if": "s = 1\n    if x.sum() > 0:\n        s = x.max()\n        x = x * s",
+    "temporary with a singular gradient": "if x.sum() > 0:\n        s = 1 / x.sum()\n        x = x * s",
+    "temporary from a random draw": "if x.sum() > 0:\n        s = torch.rand(())\n        x = x * s",
+    "only temporaries": "if x.sum() > 0:\n        s = x.max()\n        t = s * 2",
+    "a statement that is not an assignment": "if x.sum() > 0:\n        x = x * 2\n        log(x)",
+}
+
+
+@pytest.mark.parametrize("case", STEPS_DECLINES)
+def test_where_arm_of_several_assignments_declines(case):
+    source = f"def f(x):\n    {STEPS_DECLINES[case]}\n    return x\n"
+    assert fix(source, BranchToWhere, "x.sum() > 0") is None
+
+
+# ---------------------------------------------------------------- branch-to-general-path
+
+GENERAL_CASES = {
+    "fairseq: a flag in a local, reused by a conditional expression": (
+        """
+        def encode(x, tokens):
+            padding_mask = tokens.eq(1)
+            has_pads = padding_mask.any()
+            if has_pads:
+                x = x * (1 - padding_mask.unsqueeze(-1).type_as(x))
+            return x, padding_mask if has_pads else None
+        """,
+        "if has_pads:",
+        """
+        def encode(x, tokens):
+            padding_mask = tokens.eq(1)
+            has_pads = padding_mask.any()
+            x = x * (1 - padding_mask.unsqueeze(-1).type_as(x))
+            return x, padding_mask if has_pads else None
+        """,
+    ),
+    "method, inline any() under self.training, indexed mask": (
+        """
+        class Attention:
+            def forward(self, scores, lengths):
+                pad = lengths[:, None] <= torch.arange(scores.shape[-1])
+                if self.training and pad.any():
+                    scores = scores.masked_fill(pad[:, None, :], float("-inf"))
+                return scores
+        """,
+        "if self.training",
+        """
+        class Attention:
+            def forward(self, scores, lengths):
+                pad = lengths[:, None] <= torch.arange(scores.shape[-1])
+                if self.training:
+                    scores = scores.masked_fill(pad[:, None, :], float("-inf"))
+                return scores
+        """,
+    ),
+    "torch.any of a comparison, finfo fill, ~mask product": (
+        """
+        def f(scores, x, ids):
+            all_pad = (ids == 0).all(-1)
+            if torch.any(all_pad):
+                scores = torch.masked_fill(scores, all_pad[:, None], torch.finfo(scores.dtype).min)
+            if all_pad.any():
+                x = x * (~all_pad).view(-1, 1).type_as(x)
+            return scores, x
+        """,
+        "if torch.any(all_pad):",
+        """
+        def f(scores, x, ids):
+            all_pad = (ids == 0).all(-1)
+            scores = torch.masked_fill(scores, all_pad[:, None], torch.finfo(scores.dtype).min)
+            if all_pad.any():
+                x = x * (~all_pad).view(-1, 1).type_as(x)
+            return scores, x
+        """,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", GENERAL_CASES)
+def test_general_path(case):
+    source, fragment, expected = GENERAL_CASES[case]
+    assert fix(source, BranchToGeneralPath, fragment, whole_if=True) == body(expected)
+
+
+def test_general_path_for_a_product_with_not_mask():
+    source, _, _ = GENERAL_CASES["torch.any of a comparison, finfo fill, ~mask product"]
+    out = fix(source, BranchToGeneralPath, "if all_pad.any():", whole_if=True)
+    assert "    x = x * (~all_pad).view(-1, 1).type_as(x)\n    return" in out
+
+
+GENERAL_DECLINES = {
+    # masked_fill raises for a non-boolean mask that the original never passed it
+    "mask of unknown dtype": ("mask = m", "x = x.masked_fill(mask, 0.0)"),
+    "mask bound twice": ("mask = m > 0\n    mask = m", "x = x.masked_fill(mask, 0.0)"),
+    "a tensor fill value would get a zero gradient": ("mask = m > 0", "x = x.masked_fill(mask, v)"),
+    "receiver is not the target": ("mask = m > 0", "x = v.masked_fill(mask, 0.0)"),
+    "another mask": ("mask = m > 0", "x = x.masked_fill(m > 1, 0.0)"),
+    "the mask inverted": ("mask = m > 0", "x = x.masked_fill(~mask, 0.0)"),
+    "a float 1.0 promotes an integer target": ("mask = m > 0", "x = x * (1.0 - mask.type_as(x))"),
+    "a cast to another dtype": ("mask = m > 0", "x = x * (1 - mask.float())"),
+    "a product with the mask itself": ("mask = m > 0", "x = x * mask.type_as(x)"),
+}
+
+
+@pytest.mark.parametrize("case", GENERAL_DECLINES)
+def test_general_path_declines(case):
+    setup, update = GENERAL_DECLINES[case]
+    source = f"def f(x, m, v):\n    {setup}\n    if mask.any():\n        {update}\n    return x\n"
+    assert fix(source, BranchToGeneralPath, "if mask.any():", whole_if=True) is None
+
+
+def test_general_path_declines_else_and_in_place_use():
+    with_else = "def f(x, m):\n    mask = m > 0\n    if mask.any():\n        x = x.masked_fill(mask, 0.0)\n    else:\n        x = x * 2\n    return x\n"
+    assert fix(with_else, BranchToGeneralPath, "if mask.any():", whole_if=True) is None
+    in_place = "def f(x, m):\n    mask = m > 0\n    if mask.any():\n        x = x.masked_fill(mask, 0.0)\n    x.add_(1)\n    return x\n"
+    assert fix(in_place, BranchToGeneralPath, "if mask.any():", whole_if=True) is None
+
+
+def test_general_path_is_preferred_to_where():
+    names = [r.name for r in RECIPES]
+    assert names.index("branch-to-general-path") < names.index("branch-to-where")
+
+
+# ---------------------------------------------------------------- branch-drop-shortcut (unsafe)
+
+SHORTCUT_CASES = {
+    "transformers: an all-ones mask becomes None (helper)": (
+        """
+        def attend(q, k, attention_mask):
+            if attention_mask is not None and (attention_mask == 1).all():
+                attention_mask = None
+            return score(q, k, attention_mask)
+        """,
+        """
+        def attend(q, k, attention_mask):
+            return score(q, k, attention_mask)
+        """,
+    ),
+    "early return None (method)": (
+        """
+        class Masks:
+            def expand(self, mask):
+                if torch.all(mask == 1):
+                    return None
+                return mask[:, None, None, :].float()
+        """,
+        """
+        class Masks:
+            def expand(self, mask):
+                return mask[:, None, None, :].float()
+        """,
+    ),
+    "or: the Python part keeps its shortcut": (
+        """
+        def f(x, mask, use_mask):
+            if not use_mask or (mask == 1).all():
+                mask = None
+            return g(x, mask)
+        """,
+        """
+        def f(x, mask, use_mask):
+            if not use_mask:
+                mask = None
+            return g(x, mask)
+        """,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", SHORTCUT_CASES)
+def test_drop_shortcut(case):
+    source, expected = SHORTCUT_CASES[case]
+    assert fix(source, BranchDropShortcut, "if ", whole_if=True) == body(expected)
+
+
+SHORTCUT_DECLINES = {
+    "name not bound before": "if (x == 1).all():\n        y = None\n    return x",
+    "returns a tensor": "if (x == 1).all():\n        return x\n    return x * 2",
+    "the last statement": "x = x * 2\n    if (x == 1).all():\n        return None",
+    "impure test": "if (x.add_(1) == 1).all():\n        x = None\n    return x",
+    "an else": "if (x == 1).all():\n        x = None\n    else:\n        x = x * 2\n    return x",
+}
+
+
+@pytest.mark.parametrize("case", SHORTCUT_DECLINES)
+def test_drop_shortcut_declines(case):
+    source = f"def f(x):\n    {SHORTCUT_DECLINES[case]}\n"
+    assert fix(source, BranchDropShortcut, "if ", whole_if=True) is None
+
+
+def test_drop_shortcut_is_unsafe_and_general_path_safe():
+    assert BranchDropShortcut.safety == "unsafe"
+    assert BranchToGeneralPath.safety == "safe"

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import builtins
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Sequence, Set
 from dataclasses import dataclass
 
 import libcst as cst
 import libcst.matchers as m
 
 from gbfix.recipes.base import Recipe, Replacement, SiteContext
-from gbfix.recipes.tree import contains, param_names, variable_names, walk
+from gbfix.recipes.tree import contains, nodes, param_names, variable_names, variables, walk
 
 _WIDTH = 88  # longer generated calls get one argument a line, as black would lay them out
 # Calls that return a boolean tensor: a test made of them needs no proof that it is a tensor.
@@ -121,33 +121,114 @@ def pure(expr: cst.CSTNode) -> bool:
 # ---------------------------------------------------------------- conditions
 
 
-def and_operands(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
-    if isinstance(expr, cst.BooleanOperation) and isinstance(expr.operator, cst.And) and not expr.lpar:
-        return [*and_operands(expr.left), *and_operands(expr.right)]
+def operands(expr: cst.BaseExpression, op: type) -> list[cst.BaseExpression]:
+    """The operands of an unparenthesized `a and b and c` (``op`` cst.And) or `or` chain."""
+    if isinstance(expr, cst.BooleanOperation) and isinstance(expr.operator, op) and not expr.lpar:
+        return [*operands(expr.left, op), *operands(expr.right, op)]
     return [expr]
+
+
+def and_operands(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    return operands(expr, cst.And)
 
 
 def _has_call(expr: cst.CSTNode) -> bool:
     return contains(expr, (cst.Call, cst.Subscript))
 
 
-def _tensor_cond(expr: cst.BaseExpression, known: bool, path: set[int]) -> cst.BaseExpression | None:
+# Python values of a tensor that are never tensors and cannot raise: tests on them
+# stay Python `if`s, evaluated before (instead of after) a tensor operand.
+_STATIC_ATTRS = frozenset("training shape ndim dtype device is_cuda is_sparse requires_grad".split())
+_STATIC_METHODS = frozenset("dim size numel is_floating_point is_complex".split())
+_STATIC_FUNCS = frozenset(
+    "isinstance torch.is_grad_enabled torch.is_autocast_enabled torch.is_inference_mode_enabled"
+    " torch.jit.is_scripting torch.jit.is_tracing torch.compiler.is_compiling".split()
+)
+
+
+def _access(expr: cst.BaseExpression) -> bool:
+    """A name or a chain of attributes of one (`self.cfg.eps`): reading it runs no code of ours."""
+    while isinstance(expr, cst.Attribute):
+        expr = expr.value
+    return isinstance(expr, cst.Name)
+
+
+def _static_value(expr: cst.BaseExpression) -> bool:
+    """A literal, a dtype, or a shape fact of a tensor (`x.shape[1]`, `x.size(0)`, `len(x)`)."""
+    if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString)) or name_of(expr) in ("None", "True", "False"):
+        return True
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+        return _static_value(expr.expression)
+    if isinstance(expr, (cst.Tuple, cst.List)):
+        return all(_static_value(el.value) for el in expr.elements if isinstance(el, cst.Element))
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Add, cst.Subtract, cst.Multiply)):
+        return _static_value(expr.left) and _static_value(expr.right)
+    if isinstance(expr, cst.Attribute):
+        if name_of(expr.value) == "torch":
+            return True  # torch.float16, torch.bool
+        if expr.attr.value in _STATIC_ATTRS:
+            return _access(expr.value)
+        return expr.attr.value == "type" and isinstance(expr.value, cst.Attribute) and expr.value.attr.value == "device"
+    if isinstance(expr, cst.Subscript):  # x.shape[1], x.shape[-1]
+        index = expr.slice[0].slice if len(expr.slice) == 1 else None
+        return (
+            isinstance(expr.value, cst.Attribute) and expr.value.attr.value == "shape" and _static_value(expr.value)
+            and isinstance(index, cst.Index) and _static_value(index.value)
+        )
+    if isinstance(expr, cst.Call):
+        recv, name = called(expr)
+        args = all(_static_value(a.value) and a.keyword is None and not a.star for a in expr.args)
+        if recv is not None and name in _STATIC_METHODS:
+            return _access(recv) and args
+        return name == "len" and recv is None and len(expr.args) == 1 and _access(expr.args[0].value)
+    return False
+
+
+def static(expr: cst.BaseExpression) -> bool:
+    """A Python truth value that is never a tensor's and cannot raise: it may be
+    evaluated before a tensor operand that the original evaluated first
+    (`m.any() and self.training`, `x.shape[1] > 0`, `mask is not None`,
+    `x.dtype == torch.float16`)."""
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+        return static(expr.expression)
+    if isinstance(expr, cst.BooleanOperation):
+        return static(expr.left) and static(expr.right)
+    if isinstance(expr, cst.Comparison):
+        parts = [expr.left, *(c.comparator for c in expr.comparisons)]
+        if all(isinstance(c.operator, (cst.Is, cst.IsNot)) for c in expr.comparisons):
+            return all(_access(p) or _static_value(p) for p in parts)  # identity: no __eq__, no __bool__
+        return all(_static_value(p) for p in parts)
+    if isinstance(expr, cst.Attribute) and expr.attr.value in ("training", "is_cuda", "requires_grad"):
+        return _access(expr.value)
+    if isinstance(expr, cst.Call):
+        func = cst.Module([]).code_for_node(expr.func)
+        recv, name = called(expr)
+        if func in _STATIC_FUNCS:
+            return all(_access(a.value) or _static_value(a.value) for a in expr.args)
+        return recv is not None and name in ("is_floating_point", "is_complex") and _access(recv) and not expr.args
+    return name_of(expr) in ("True", "False")
+
+
+def _tensor_valued(call: cst.Call) -> bool:
+    """A call that returns a tensor: a torch function, a reduction, an elementwise map."""
+    if _is_torch_call(call):
+        return cst.Module([]).code_for_node(call.func) not in _STATIC_FUNCS
+    return called(call)[1] in _REDUCTIONS | _BOOL_CALLS | _ELEMENTWISE.keys()
+
+
+def _tensor_cond(expr: cst.BaseExpression, known: bool) -> cst.BaseExpression | None:
     """``expr`` as a tensor expression with the same truth value, or None.
 
-    ``known``: the break proves ``expr`` is a tensor. Of the operands of
-    `and`/`or`, only the one holding the break (``path``: ids of the break node
-    and its ancestors) is known to be one: Dynamo breaks on the first tensor
-    operand, so those before it were Python values. The others must show they
-    are tensors by their shape (a comparison involving a call, or a
-    boolean-valued call).
+    ``known``: the break proves ``expr`` is a tensor (it is the only operand of
+    the test that is not static). Otherwise it must show it is one by its shape
+    (a comparison involving a call, or a boolean-valued call).
     """
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
-        inner = _tensor_cond(expr.expression, known, path)
+        inner = _tensor_cond(expr.expression, known)
         return inner and make_call("torch.logical_not", inner)
     if isinstance(expr, cst.BooleanOperation):
         # Python short-circuits; the tensor form evaluates both sides, so both must be pure.
-        left = _tensor_cond(expr.left, id(expr.left) in path, path)
-        right = _tensor_cond(expr.right, id(expr.right) in path, path)
+        left, right = _tensor_cond(expr.left, False), _tensor_cond(expr.right, False)
         if left is None or right is None or not pure(expr):
             return None
         op = "and" if isinstance(expr.operator, cst.And) else "or"
@@ -156,7 +237,7 @@ def _tensor_cond(expr: cst.BaseExpression, known: bool, path: set[int]) -> cst.B
         ops = (cst.LessThan, cst.GreaterThan, cst.LessThanEqual, cst.GreaterThanEqual, cst.Equal, cst.NotEqual)
         if len(expr.comparisons) != 1 or not isinstance(expr.comparisons[0].operator, ops):
             return None  # chained `a < t < b` is an `and`; `is` / `in` are not elementwise
-        return expr if known or _has_call(expr) else None
+        return expr if known or contains(expr, cst.Call, _tensor_valued) else None
     if known:
         return expr
     if isinstance(expr, cst.Call) and called(expr)[1] in _BOOL_CALLS:
@@ -166,35 +247,56 @@ def _tensor_cond(expr: cst.BaseExpression, known: bool, path: set[int]) -> cst.B
 
 @dataclass(frozen=True)
 class SplitTest:
-    """An `if` test split into a Python prefix that stays an `if`, and a tensor condition."""
+    """An `if` test split into a Python part that stays an `if`, and a tensor condition.
+
+    ``kind`` "and": `if P and c:` runs the rewrite of `if c:` under `if P:`;
+    "or": `if P or c:` keeps its body under `if P:` and runs the rewrite of
+    `if c:` in the `else:`. The static operands of P may come after c in the
+    test as written (they are pure and cannot raise, so the order is free).
+    """
 
     prefix: cst.BaseExpression | None
     cond: cst.BaseExpression  # the tensor part as written
     tensor: cst.BaseExpression  # the same as a tensor expression
+    kind: str = "and"
+    leading: bool = True  # the Python operands all come before the tensor ones, as written
 
 
-def _split_test(if_node: cst.If | cst.IfExp, at: cst.CSTNode, ctx: SiteContext) -> SplitTest | None:
-    ops = and_operands(if_node.test)
-    inside = [i for i, op in enumerate(ops) if op is at or op in ctx.ancestors(at)]
-    if inside:
-        k = inside[0]
-    else:  # the break covers the whole `if`: Python operands are the leading ones without calls
-        k = next((i for i, op in enumerate(ops) if _has_call(op)), len(ops))
-    if k == len(ops) or (k and isinstance(if_node, cst.IfExp)):
+def _join(ops: Sequence[cst.BaseExpression], op: type) -> cst.BaseExpression:
+    out = ops[0]
+    for o in ops[1:]:
+        out = cst.BooleanOperation(left=out, operator=op(), right=o)
+    return out
+
+
+def _split_test(if_node: cst.If | cst.IfExp) -> SplitTest | None:
+    """Split the test into Python and tensor operands. Which operand broke is not
+    told reliably (CPython 3.11 puts every jump of an `and` chain on its first
+    operand), so operands are told apart by their shape: the leading ones without
+    calls were evaluated before any tensor, as in the original (unless all are
+    call-free: then the one that is not ``static`` broke); later ones must be
+    ``static``. With one tensor operand left the break proves it is a tensor;
+    with several, each must show it."""
+    op = cst.Or if len(operands(if_node.test, cst.Or)) > 1 else cst.And
+    ops = operands(if_node.test, op)
+    lead = next((i for i, o in enumerate(ops) if _has_call(o) and not static(o)), len(ops))
+    python = [i for i, o in enumerate(ops) if (i < lead or static(o)) and pure(o)]
+    if len(python) == len(ops):  # `if has_pad:`, `if flag and self.training:`: the one non-static operand broke
+        python = [i for i, o in enumerate(ops) if static(o)]
+        if len(python) != len(ops) - 1:
+            return None
+    tensors = [o for i, o in enumerate(ops) if i not in python]
+    if (len(tensors) > 1 and not all(pure(o) for o in tensors)):
         return None
-    rest = ops[k:]
-    cond = rest[0]
-    for op in rest[1:]:
-        cond = cst.BooleanOperation(left=cond, operator=cst.And(), right=op)
-    tensor = _tensor_cond(cond, True, {id(n) for n in (at, *ctx.ancestors(at))})
-    if tensor is None:
+    converted = [_tensor_cond(o, len(tensors) == 1) for o in tensors]
+    if any(c is None for c in converted):
         return None
-    prefix = None
-    if k:
-        prefix = ops[0]
-        for op in ops[1:k]:
-            prefix = cst.BooleanOperation(left=prefix, operator=cst.And(), right=op)
-    return SplitTest(prefix, cond, tensor)
+    tensor = converted[0]
+    for c in converted[1:]:
+        tensor = make_call("torch.logical_" + ("and" if op is cst.And else "or"), tensor, c)
+    prefix = _join([ops[i] for i in python], op) if python else None
+    kind = "and" if op is cst.And else "or"
+    return SplitTest(prefix, _join(tensors, op), tensor, kind, python == list(range(len(python))))
 
 
 def site_branch(ctx: SiteContext) -> tuple[cst.If | cst.IfExp, SplitTest] | None:
@@ -213,7 +315,7 @@ def site_branch(ctx: SiteContext) -> tuple[cst.If | cst.IfExp, SplitTest] | None
             prev = anc
         if found is None:
             return None
-    test = _split_test(found, node, ctx)
+    test = _split_test(found)
     return (found, test) if test else None
 
 
@@ -309,6 +411,18 @@ def mutated(scope: cst.CSTNode, name: str) -> bool:
 # ---------------------------------------------------------------- statements
 
 
+def fresh(scope: cst.CSTNode, base: str, taken: set[str]) -> str:
+    """``base``, or ``base_2``, ... : a name the scope does not use yet."""
+    used = {n.value for n in nodes(scope, cst.Name)} | taken
+    name, k = base, 1
+    while name in used:
+        k += 1
+        name = f"{base}_{k}"
+    taken.add(name)
+    return name
+
+
+
 def single(suite: cst.BaseSuite) -> cst.BaseSmallStatement | None:
     """The one small statement a block holds, or None."""
     body = suite.body
@@ -324,16 +438,19 @@ def _is_elif(ctx: SiteContext, if_node: cst.If) -> bool:
     return isinstance(parent, cst.If) and parent.orelse is if_node
 
 
+def _header(if_node: cst.If) -> list[cst.EmptyLine]:
+    """The comment on the `if` line itself, as a line of its own."""
+    body = if_node.body
+    header = body.header if isinstance(body, cst.IndentedBlock) else body.trailing_whitespace
+    return [cst.EmptyLine(comment=header.comment)] if header.comment is not None else []
+
+
 def _comments(if_node: cst.If) -> list[cst.EmptyLine]:
     """The comments around the `if` line and its one-statement body, so the
     statement that replaces them keeps them."""
-    lines = list(if_node.leading_lines)
-    body = if_node.body
-    header = body.header if isinstance(body, cst.IndentedBlock) else body.trailing_whitespace
-    if header.comment is not None:
-        lines.append(cst.EmptyLine(comment=header.comment))
-    if isinstance(body, cst.IndentedBlock):
-        lines += body.body[0].leading_lines
+    lines = [*if_node.leading_lines, *_header(if_node)]
+    if isinstance(if_node.body, cst.IndentedBlock):
+        lines += if_node.body.body[0].leading_lines
     return lines
 
 
@@ -360,22 +477,49 @@ def fit(small: cst.BaseSmallStatement, column: int) -> cst.BaseSmallStatement:
     return small.with_changes(value=call.with_changes(whitespace_before_args=_newline("    "), args=args))
 
 
-def _replace_if(ctx: SiteContext, if_node: cst.If, test: SplitTest, small: cst.BaseSmallStatement) -> Replacement:
-    """Put ``small`` where the `if` was: inside `if <prefix>:` when there is one,
-    in an `else:` when the `if` was an `elif`, else as a plain statement."""
+def _lines(
+    if_node: cst.If, smalls: Sequence[cst.BaseSmallStatement], column: int, lead: Sequence[cst.EmptyLine] = (), keep: bool = True
+) -> list[cst.SimpleStatementLine]:
+    """``smalls`` as lines, the last ones keeping the comments and line ends of
+    the body lines they replace one for one (``keep``; extra ones come first),
+    the first preceded by ``lead``."""
+    body = if_node.body
+    extra = len(smalls) - len(body.body) if isinstance(body, cst.IndentedBlock) else 0
+    out = []
+    for i, small in enumerate(smalls):
+        line = cst.SimpleStatementLine(body=[fit(small, column)])
+        if keep and isinstance(body, cst.IndentedBlock) and i >= extra:
+            old = body.body[i - extra]
+            line = line.with_changes(leading_lines=old.leading_lines, trailing_whitespace=old.trailing_whitespace)
+        out.append(line)
+    out[0] = out[0].with_changes(leading_lines=[*lead, *out[0].leading_lines])
+    return out
+
+
+def _replace_if(
+    ctx: SiteContext, if_node: cst.If, test: SplitTest, smalls: cst.BaseSmallStatement | Sequence[cst.BaseSmallStatement]
+) -> Replacement:
+    """Put ``smalls`` (the rewrite of `if <tensor test>: <body>`, one per body
+    line) where the `if` was: under `if <prefix>:` (an `and` test), in the `else:`
+    of `if <prefix>: <body>` (an `or` test), in an `else:` when the `if` was an
+    `elif`, else as plain statements."""
+    smalls = [smalls] if isinstance(smalls, cst.BaseSmallStatement) else list(smalls)
     nested = test.prefix is not None or _is_elif(ctx, if_node)
-    small = fit(small, ctx.file.span(if_node)[0][1] + 4 * nested)
+    column = ctx.file.span(if_node)[0][1] + 4 * nested
+    if test.prefix is not None and test.kind == "or":
+        # `if P or c: B [else: E]` -> `if P: B` + `else: <c ? B : E>`
+        block = cst.IndentedBlock(body=_lines(if_node, smalls, column, keep=False))
+        return if_node.with_changes(test=test.prefix, orelse=cst.Else(body=block))
     if test.prefix is not None:
         body = if_node.body
         if isinstance(body, cst.IndentedBlock):
-            line = body.body[0].with_changes(body=[small])
-            return if_node.with_changes(test=test.prefix, body=body.with_changes(body=[line]))
-        return if_node.with_changes(test=test.prefix, body=body.with_changes(body=[small]))
+            return if_node.with_changes(test=test.prefix, body=body.with_changes(body=_lines(if_node, smalls, column)))
+        return if_node.with_changes(test=test.prefix, body=body.with_changes(body=[fit(sm, column) for sm in smalls]))
     if _is_elif(ctx, if_node):
-        inner = _comments(if_node)[len(if_node.leading_lines) :]
-        line = statement(small, if_node, leading_lines=inner)
-        return cst.Else(body=cst.IndentedBlock(body=[line]), leading_lines=if_node.leading_lines)
-    return statement(small, if_node)
+        block = cst.IndentedBlock(body=_lines(if_node, smalls, column, _header(if_node)))
+        return cst.Else(body=block, leading_lines=if_node.leading_lines)
+    lines = _lines(if_node, smalls, column, [*if_node.leading_lines, *_header(if_node)])
+    return lines[0] if len(lines) == 1 else cst.FlattenSentinel(lines)
 
 
 class BranchRecipe(Recipe):
@@ -443,6 +587,8 @@ def _scalar(expr: cst.BaseExpression) -> bool:
         return _scalar(expr.left) and _scalar(expr.right) and _safe_operator(expr)
     if isinstance(expr, cst.Call):
         recv, name = called(expr)
+        if name == "detach" and recv is not None and not expr.args:  # what item-to-tensor writes for `t.item()`
+            return _scalar(recv)
         return recv is not None and name in _REDUCTIONS and not expr.args
     return False
 
@@ -546,15 +692,18 @@ def _same_constructor(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
     return same and len(keywords) == len(ka) and "dtype" in keywords
 
 
-def _where_ok(ctx: SiteContext, at: cst.CSTNode, test: SplitTest, a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
+def _where_ok(
+    ctx: SiteContext, at: cst.CSTNode, a: cst.BaseExpression, b: cst.BaseExpression, temps: Set[str] = frozenset()
+) -> bool:
     """Both arms of `torch.where(cond, a, b)` are evaluated, broadcast and promoted:
-    they must be pure, bound, and of one tensor's shape and dtype."""
+    they must be pure, bound (before ``at``, or as ``temps`` of the arm), and of
+    one tensor's shape and dtype."""
     if not (pure(a) and pure(b)):
         return False
     scope = scope_of(ctx, at)
     if not (_same_constructor(a, b) or any(tensor_evidence(root, scope) for root in _like(a) & _like(b))):
         return False
-    if not all(bound_before(ctx, n, at) for n in variable_names(a) | variable_names(b)):
+    if not all(n in temps or bound_before(ctx, n, at) for n in variable_names(a) | variable_names(b)):
         return False
     return not any(mutated(scope, n) for n in (name_of(a), name_of(b)) if n)
 
@@ -578,14 +727,39 @@ def _else_value(ctx: SiteContext, if_node: cst.If, target: str) -> cst.BaseExpre
     # An `elif` test now runs whenever the `if` test is false: it must be pure and
     # visibly a tensor (the break says nothing about it).
     value, rest = _assigned(orelse.body, target), _else_value(ctx, orelse, target)
-    cond = _tensor_cond(orelse.test, False, set()) if pure(orelse.test) else None
+    cond = _tensor_cond(orelse.test, False) if pure(orelse.test) else None
     if value is None or rest is None or cond is None:
         return None
     return make_call("torch.where", cond, value, rest)
 
 
+def _name_assigns(suite: cst.BaseSuite) -> list[cst.Assign] | None:
+    """The block's statements when each is one `name = value`."""
+    if isinstance(suite, cst.IndentedBlock):
+        if not all(isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 for line in suite.body):
+            return None
+        smalls = [line.body[0] for line in suite.body]
+    else:
+        smalls = list(suite.body)
+    one_name = m.Assign(targets=[m.AssignTarget(target=m.Name())])
+    return smalls if all(m.matches(sm, one_name) for sm in smalls) else None
+
+
+def _gradient_safe(expr: cst.BaseExpression) -> bool:
+    """A value torch.where's unselected arm may be computed from: a number, a 0-dim
+    reduction or an elementwise map without a singular derivative (see ``_like``)."""
+    return _scalar(expr) or bool(_like(expr))
+
+
 class BranchToWhere(BranchRecipe):
-    """`if cond: x = a else: x = b` (or `a if cond else b`) -> torch.where(cond, a, b)."""
+    """`if cond: x = a else: x = b` (or `a if cond else b`) -> torch.where(cond, a, b).
+
+    An arm of several assignments (`if c: s = finfo.max - 1000; x = x.clamp(-s, s)`)
+    becomes one `torch.where` per name bound before the `if`, in order (each
+    later statement then sees the updated names, as in the original when `c`
+    holds); names the arm binds that nothing outside it reads are its
+    temporaries and are bound unconditionally.
+    """
 
     name = "branch-to-where"
     summary = "replace a data-dependent `if` that picks a tensor by torch.where"
@@ -596,26 +770,70 @@ class BranchToWhere(BranchRecipe):
             return None
         node, test = found
         if isinstance(node, cst.IfExp):
-            if not _where_ok(ctx, node, test, node.body, node.orelse):
+            a, b = node.body, node.orelse
+            if not _where_ok(ctx, node, a, b):
                 return None
-            self._plan = make_call("torch.where", test.tensor, node.body, node.orelse).with_changes(
-                lpar=node.lpar, rpar=node.rpar
-            )
+            where = make_call("torch.where", test.tensor, a, b)
+            if test.prefix is not None:  # `a if P and c else b` -> `where(c, a, b) if P else b`
+                where = cst.IfExp(test=test.prefix, body=where, orelse=b) if test.kind == "and" else cst.IfExp(
+                    test=test.prefix, body=a, orelse=where
+                )
+                where = where.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+                if isinstance(ctx.file.parent(node), (cst.Return, cst.Assign, cst.Arg)):
+                    where = where.with_changes(lpar=[], rpar=[])
+            self._plan = where.with_changes(lpar=node.lpar or where.lpar, rpar=node.rpar or where.rpar)
             return node
-        assign = single(node.body)
-        if assign is None or not m.matches(assign, m.Assign(targets=[m.AssignTarget(target=m.Name())])):
+        assigns = _name_assigns(node.body)
+        if assigns is None:
             return None
-        target = assign.targets[0].target.value
-        if node.orelse is not None and test.prefix is not None:
-            return None
-        other = _else_value(ctx, node, target)
-        if other is None:
-            return None
-        if not _where_ok(ctx, node, test, assign.value, other) or mutated(scope_of(ctx, node), target):
-            return None
-        where = make_call("torch.where", test.tensor, assign.value, other)
-        self._plan = _replace_if(ctx, node, test, assign.with_changes(value=where))
+        if node.orelse is not None:
+            if len(assigns) != 1:
+                return None
+            (assign,) = assigns
+            target = assign.targets[0].target.value
+            other = _else_value(ctx, node, target)
+            if other is None or not _where_ok(ctx, node, assign.value, other) or mutated(scope_of(ctx, node), target):
+                return None
+            smalls = [assign.with_changes(value=make_call("torch.where", test.tensor, assign.value, other))]
+        else:
+            smalls = _where_steps(ctx, node, test, assigns)
+            if smalls is None:
+                return None
+        self._plan = _replace_if(ctx, node, test, smalls)
         return node
+
+
+def _where_steps(
+    ctx: SiteContext, node: cst.If, test: SplitTest, assigns: list[cst.Assign]
+) -> list[cst.BaseSmallStatement] | None:
+    """The arm `if c: <assigns>` (no else) as straight-line statements."""
+    scope = scope_of(ctx, node)
+    inside = {id(n) for n in walk(node.body)}
+    outside = {n.value for n in variables(scope) if id(n) not in inside}
+    guarded = [a for a in assigns if bound_before(ctx, a.targets[0].target.value, node)]
+    cond = test.tensor
+    steps: list[cst.BaseSmallStatement] = []
+    if len(guarded) > 1:
+        # One test for every `torch.where`, read before the arm changes what it reads.
+        pred = fresh(scope, "pred", set())
+        steps.append(cst.Assign(targets=[cst.AssignTarget(cst.Name(pred))], value=_bare(cond)))
+        cond = cst.Name(pred)
+    temps: set[str] = set()
+    for a in assigns:
+        target, value = a.targets[0].target.value, a.value
+        if target in temps or not bound_before(ctx, target, node):
+            # now bound whatever the test: only the arm may read it, and computing it must be harmless
+            if target in outside or not pure(value) or not _gradient_safe(value):
+                return None
+            if not all(n in temps or bound_before(ctx, n, node) for n in variable_names(value)):
+                return None
+            temps.add(target)
+            steps.append(a)
+        else:
+            if not _where_ok(ctx, node, value, cst.Name(target), temps) or mutated(scope, target):
+                return None
+            steps.append(a.with_changes(value=make_call("torch.where", cond, value, cst.Name(target))))
+    return steps if len(steps) > len(temps) else None
 
 
 # ---------------------------------------------------------------- if cond: return a; return b
@@ -670,7 +888,7 @@ class BranchToCond(BranchRecipe):
         a = _returned(if_node.body)
         if a is None:
             return None
-        if isinstance(if_node.orelse, cst.Else) and test.prefix is None:
+        if isinstance(if_node.orelse, cst.Else):
             b, block, following = _returned(if_node.orelse.body), None, None
         elif if_node.orelse is None and not _is_elif(ctx, if_node):
             block = ctx.file.parent(if_node)
@@ -690,17 +908,225 @@ class BranchToCond(BranchRecipe):
             return None
         branches = [cst.Lambda(params=cst.Parameters(), body=v) for v in (true_value, false_value)]
         ret = cst.Return(value=make_call("torch.cond", test.tensor, *branches))
-        if block is None or test.prefix is not None:
+        if block is None or (test.prefix is not None and test.kind == "and"):
             # if/else, or `if P and c: return a` whose `return b` must stay for `not P`
             self._plan = _replace_if(ctx, if_node, test, ret)
             return if_node
         ret = fit(ret, ctx.file.span(if_node)[0][1])
-        line = statement(ret, if_node, trailing_whitespace=following.trailing_whitespace)
-        line = line.with_changes(leading_lines=[*line.leading_lines, *following.leading_lines])
+        if test.prefix is not None:  # `if P or c: return a` -> `if P: return a`, then the cond
+            line = following.with_changes(body=[ret])
+            new = [if_node.with_changes(test=test.prefix), line]
+        else:
+            line = statement(ret, if_node, trailing_whitespace=following.trailing_whitespace)
+            new = [line.with_changes(leading_lines=[*line.leading_lines, *following.leading_lines])]
         body = list(block.body)
-        body[i : i + 2] = [line]
+        body[i : i + 2] = new
         self._plan = block.with_changes(body=body)
         return block
 
 
-RECIPES = (BranchToCheck, BranchToWhere, BranchToCond)
+# ---------------------------------------------------------------- if mask.any(): x = x.masked_fill(mask, v)
+
+# Calls that keep every element of an all-False mask False (views, copies, indexing).
+_MASK_VIEWS = frozenset("unsqueeze view reshape expand expand_as transpose permute flatten unflatten squeeze t contiguous detach".split())
+
+
+def _single_binding(scope: cst.CSTNode, name: str) -> cst.BaseExpression | None:
+    """The value of the only assignment to ``name`` in the scope (`name = value`),
+    when nothing else in the scope binds it (no parameter, loop, `+=`, `as`)."""
+    value = None
+    for n in walk(scope):
+        if isinstance(n, cst.Assign) and any(name in target_names(t.target) for t in n.targets):
+            if value is not None or len(n.targets) != 1 or name_of(n.targets[0].target) != name:
+                return None
+            value = n.value
+        elif isinstance(n, (cst.AugAssign, cst.AnnAssign, cst.NamedExpr)) and name_of(n.target) == name:
+            return None
+        elif isinstance(n, (cst.For, cst.CompFor)) and name in target_names(n.target):
+            return None
+        elif isinstance(n, cst.AsName) and name in target_names(n.name):
+            return None
+        elif isinstance(n, cst.Param) and n.name.value == name:
+            return None
+        elif isinstance(n, (cst.Global, cst.Nonlocal)) and any(name_of(a.name) == name for a in n.names):
+            return None
+    return value
+
+
+def _is_bool(expr: cst.BaseExpression, scope: cst.CSTNode) -> bool:
+    """``expr`` is a boolean tensor by construction: a comparison, a boolean-valued
+    call, `~` of one, or a name bound once to one."""
+    if isinstance(expr, cst.Name):
+        value = _single_binding(scope, expr.value)
+        return value is not None and not mutated(scope, expr.value) and _is_bool(value, scope)
+    if isinstance(expr, cst.Comparison):
+        ops = (cst.LessThan, cst.GreaterThan, cst.LessThanEqual, cst.GreaterThanEqual, cst.Equal, cst.NotEqual)
+        return len(expr.comparisons) == 1 and isinstance(expr.comparisons[0].operator, ops)
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.BitInvert):
+        return _is_bool(expr.expression, scope)
+    if isinstance(expr, cst.Call):
+        recv, name = called(expr)
+        return name in _BOOL_CALLS or (name == "bool" and recv is not None and not expr.args)
+    return False
+
+
+def _any_of(test: cst.BaseExpression, scope: cst.CSTNode, at: cst.CSTNode, ctx: SiteContext) -> cst.BaseExpression | None:
+    """M when the test is `M.any()` / `torch.any(M)`, or a name bound once to one before the `if`."""
+    if isinstance(test, cst.Name) and bound_before(ctx, test.value, at):
+        value = _single_binding(scope, test.value)
+        return _any_of(value, scope, at, ctx) if isinstance(value, cst.Call) else None
+    if isinstance(test, cst.Call) and not test.args and called(test)[1] == "any" and called(test)[0] is not None:
+        return called(test)[0]
+    if isinstance(test, cst.Call) and _is_torch_call(test) and called(test)[1] == "any" and len(test.args) == 1:
+        return None if test.args[0].keyword or test.args[0].star else test.args[0].value
+    return None
+
+
+def _from_mask(expr: cst.BaseExpression, mask: cst.BaseExpression) -> bool:
+    """``expr`` is ``mask``, or a view or indexing of it: all False when the mask is."""
+    expr, mask = _bare(expr), _bare(mask)
+    if expr.deep_equals(mask):
+        return True
+    if isinstance(expr, cst.Subscript):
+        return _from_mask(expr.value, mask)
+    if isinstance(expr, cst.Call):
+        recv, name = called(expr)
+        return recv is not None and name in _MASK_VIEWS and _from_mask(recv, mask)
+    return False
+
+
+def _fill_value(expr: cst.BaseExpression) -> bool:
+    """A Python number: `0.0`, `-1e4`, `float("-inf")`, `torch.finfo(x.dtype).min`
+    (a tensor value would get a zero gradient instead of None)."""
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+        return _fill_value(expr.expression)
+    if isinstance(expr, (cst.Integer, cst.Float)) or name_of(expr) in ("True", "False"):
+        return True
+    if isinstance(expr, cst.Call) and name_of(expr.func) == "float" and len(expr.args) == 1:
+        return isinstance(expr.args[0].value, cst.SimpleString)
+    if isinstance(expr, cst.Attribute) and expr.attr.value in ("min", "max", "eps", "tiny"):
+        inner = expr.value
+        return isinstance(inner, cst.Call) and cst.Module([]).code_for_node(inner.func) in ("torch.finfo", "torch.iinfo")
+    return isinstance(expr, cst.Attribute) and cst.Module([]).code_for_node(expr) in ("math.inf", "math.nan")
+
+
+def _identity_when_clear(value: cst.BaseExpression, target: str, mask: cst.BaseExpression) -> bool:
+    """``value`` equals ``target`` bit for bit, with the same gradient, when ``mask``
+    (a boolean tensor) is all False:
+    `target.masked_fill(m, v)` fills nothing; `target * (1 - m.type_as(target))`
+    and `target * (~m).type_as(target)` multiply by exact ones (m a view or index of
+    ``mask``)."""
+    value = _bare(value)
+    if isinstance(value, cst.Call):
+        recv, name = called(value)
+        args = [a for a in value.args if not a.star]
+        if len(args) != len(value.args) or any(a.keyword is not None for a in args):
+            return False
+        if name == "masked_fill" and _is_torch_call(value) and len(args) == 3:
+            recv, args = args[0].value, args[1:]
+        if name == "masked_fill" and recv is not None and name_of(recv) == target and len(args) == 2:
+            return _from_mask(args[0].value, mask) and pure(args[0].value) and _fill_value(args[1].value)
+        return False
+    if not (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply)):
+        return False
+    for this, other in ((value.left, value.right), (value.right, value.left)):
+        if name_of(this) == target and pure(other) and _ones_when_clear(_bare(other), target, mask):
+            return True
+    return False
+
+
+def _ones_when_clear(expr: cst.BaseExpression, target: str, mask: cst.BaseExpression) -> bool:
+    """`1 - m.type_as(target)` or `(~m).type_as(target)`: ones of the target's dtype
+    when the mask is all False (an int 1 keeps the dtype; a float 1.0 would not for
+    an integer target)."""
+    def cast(e: cst.BaseExpression) -> cst.BaseExpression | None:
+        e = _bare(e)
+        if isinstance(e, cst.Call) and len(e.args) == 1 and not e.args[0].keyword:
+            recv, name = called(e)
+            arg = cst.Module([]).code_for_node(e.args[0].value)
+            if recv is not None and (name == "type_as" and arg == target or name == "to" and arg == f"{target}.dtype"):
+                return recv
+        return None
+
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Subtract):
+        m_ = cast(expr.right)
+        return isinstance(expr.left, cst.Integer) and expr.left.value == "1" and m_ is not None and _from_mask(m_, mask)
+    m_ = cast(expr)
+    while isinstance(m_, cst.Call) and called(m_)[1] in _MASK_VIEWS and called(m_)[0] is not None:
+        m_ = called(m_)[0]  # a view of the inverted mask is all True too
+    if m_ is None:
+        return False
+    m_ = _bare(m_)
+    if isinstance(m_, cst.UnaryOperation) and isinstance(m_.operator, cst.BitInvert):
+        return _from_mask(m_.expression, mask)
+    return isinstance(m_, cst.Call) and called(m_)[1] == "logical_not" and not m_.args and _from_mask(called(m_)[0], mask)
+
+
+class BranchToGeneralPath(BranchRecipe):
+    """`if M.any(): x = x.masked_fill(M, v)` -> `x = x.masked_fill(M, v)`: the general
+    path, which leaves x as it is when the boolean mask M is all False."""
+
+    name = "branch-to-general-path"
+    summary = "drop an `if mask.any():` around an update that is the identity for an all-False mask (masked_fill, `x * (1 - mask)`)"
+
+    def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
+        found = site_branch(ctx)
+        if found is None or not isinstance(found[0], cst.If) or found[0].orelse is not None:
+            return None
+        node, test = found
+        if test.kind != "and" or _is_elif(ctx, node):
+            return None
+        assign = single(node.body)
+        if assign is None or not m.matches(assign, m.Assign(targets=[m.AssignTarget(target=m.Name())])):
+            return None
+        target, scope = assign.targets[0].target.value, scope_of(ctx, node)
+        mask = _any_of(test.cond, scope, node, ctx)
+        if mask is None or not pure(mask) or not _is_bool(mask, scope):
+            return None
+        if not bound_before(ctx, target, node) or mutated(scope, target):
+            return None  # the general path makes a new tensor where the original kept x itself
+        if not all(bound_before(ctx, n, node) for n in variable_names(assign.value)):
+            return None
+        if not _identity_when_clear(assign.value, target, mask):
+            return None
+        self._plan = _replace_if(ctx, node, test, assign)
+        return node
+
+
+# ---------------------------------------------------------------- if c: x = None / return None
+
+
+class BranchDropShortcut(BranchRecipe):
+    """`if (mask == 1).all(): mask = None` / `if c: return None` -> removed: the
+    general path runs with the value instead of None."""
+
+    name = "branch-drop-shortcut"
+    # None and a tensor cannot meet in torch.where or torch.cond; what follows must
+    # treat the value as it treats None (an all-ones mask adds 0), which only the
+    # verifier's comparison of outputs can tell.
+    safety = "unsafe"
+    summary = "drop an `if <tensor>: x = None` / `return None` shortcut: the general path runs (equal only if it treats the value as None)"
+
+    def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
+        found = site_branch(ctx)
+        if found is None or not isinstance(found[0], cst.If) or found[0].orelse is not None or _is_elif(ctx, found[0]):
+            return None
+        node, test = found
+        small = single(node.body)
+        block = ctx.file.parent(node)
+        if small is None or not isinstance(block, cst.IndentedBlock) or len(block.body) < 2 or not pure(test.cond):
+            return None
+        if isinstance(small, cst.Return):
+            if small.value is not None and name_of(small.value) != "None" or block.body[-1] is node:
+                return None
+        elif m.matches(small, m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.Name("None"))):
+            if not bound_before(ctx, small.targets[0].target.value, node):
+                return None
+        else:
+            return None
+        # `if P or c:` keeps `if P:`; `if P and c:` goes with its test
+        self._plan = node.with_changes(test=test.prefix) if test.kind == "or" and test.prefix else cst.RemovalSentinel.REMOVE
+        return node
+
+
+RECIPES = (BranchToCheck, BranchToGeneralPath, BranchToWhere, BranchToCond, BranchDropShortcut)

@@ -40,6 +40,7 @@ from gbfix.recipes.branch import (
     bound_before,
     called,
     fit,
+    fresh,
     make_call,
     mutated,
     name_of,
@@ -95,8 +96,8 @@ def _condition(ctx: SiteContext, if_node: cst.If, test: SplitTest) -> cst.BaseEx
     qualifies: a Python prefix joined by `and` to one tensor operand. `not t`
     or `t1 and t2` would need logical ops, which change what is evaluated.
     """
-    if test.tensor is not test.cond:
-        return None
+    if test.tensor is not test.cond or test.kind != "and" or not test.leading:
+        return None  # `P or c`, `c and P`: Python would take the tensor's truth value first
     if test.prefix is None:
         return if_node.test
     bools = _bool_params(ctx.enclosing(cst.FunctionDef, node=if_node))
@@ -136,17 +137,6 @@ def _assignment(stmt: cst.BaseStatement) -> cst.Assign | None:
 
 def _assigned(assign: cst.Assign) -> list[str]:
     return list(target_names(assign.targets[0].target))
-
-
-def _fresh(scope: cst.CSTNode, base: str, taken: set[str]) -> str:
-    """``base``, or ``base_2``, ... : a name the scope does not use yet."""
-    used = {n.value for n in nodes(scope, cst.Name)} | taken
-    name, k = base, 1
-    while name in used:
-        k += 1
-        name = f"{base}_{k}"
-    taken.add(name)
-    return name
 
 
 def _is_tensor(ctx: SiteContext, name: str, scope: cst.CSTNode) -> bool:
@@ -261,13 +251,13 @@ def _select_after(ctx, scope, if_node, cond, lines, rest, kept) -> list[cst.Base
     """`skip = cond`, then the rest, with each kept name selected by torch.where:
     in its assignment where possible, else from the value saved before the rest."""
     taken: set[str] = set()
-    skip = _fresh(scope, "skip", taken)
+    skip = fresh(scope, "skip", taken)
     column = ctx.file.span(if_node)[0][1]
 
     def where(old: str, new: cst.BaseExpression) -> cst.Call:
         return make_call("torch.where", cst.Name(skip), cst.Name(old), new)
 
-    saved = {n: _fresh(scope, f"{n}_before", taken) for n in kept if not _in_place(n, rest)}
+    saved = {n: fresh(scope, f"{n}_before", taken) for n in kept if not _in_place(n, rest)}
     out: list[cst.BaseStatement] = [statement(_assign(skip, cond), if_node)]
     out += [_line(_assign(s, cst.Name(n))) for n, s in saved.items()]
     for line, assign in zip(lines, rest):
@@ -351,7 +341,7 @@ class EarlyExitToWhere(BranchRecipe):
     @staticmethod
     def _rewrite(ctx, fn, outer, j, block, if_node, cond, v, final) -> cst.IndentedBlock:
         taken: set[str] = set()
-        stop, exited, result = (_fresh(fn, base, taken) for base in ("stop", "exited", "result"))
+        stop, exited, result = (fresh(fn, base, taken) for base in ("stop", "exited", "result"))
         pair = cst.Tuple([cst.Element(cst.Name(result)), cst.Element(cst.Name(exited))], lpar=[], rpar=[])
 
         def update(value: cst.BaseExpression, flag: cst.BaseExpression) -> cst.SimpleStatementLine:
