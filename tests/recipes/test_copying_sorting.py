@@ -1,6 +1,6 @@
-"""Static tests (no torch) of sorted-range-to-argsort (sorting) and
+"""Static tests (no torch) of sorted-range-to-argsort and pick-by-key (sorting) and
 deepcopy-container-to-clones (copying): the rules/ examples, variants, and the
-cases each must decline."""
+cases each must decline; and the pick helpers run against the builtins."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import pytest
 from gbfix import rules
 from gbfix.records import Break, Cause, Frame, Site
 from gbfix.recipes.copying import DeepcopyContainerToClones, DeepcopyToClone
-from gbfix.recipes.sorting import SortedRangeToArgsort
+from gbfix.recipes import sorting
+from gbfix.recipes.sorting import PickByKey, SortedRangeToArgsort
 from tests.helpers import rewrite_at
 
 RULES = Path(__file__).resolve().parents[2] / "rules"
@@ -144,6 +145,159 @@ def test_sort_declines_list_sort_a_shadowed_sorted_and_module_level_code():
     assert sort("sorted(range(n), key=lambda i: t[i])", src) is None
     src = "import torch\nt = torch.ones(3)\norder = sorted(range(3), key=lambda i: t[i])\ny = t[order]\n"
     assert at(src, "sorted(range(3), key=lambda i: t[i])", SortedRangeToArgsort, "GB0207") is None
+
+
+# ---- pick-by-key -----------------------------------------------------------------
+
+
+def test_gb0193_rule_examples():
+    fixed, kept = rules.parse(RULES / "GB0193.md")
+    assert kept.after is None
+    assert at(fixed.before, "max(candidates, key=lambda c: self.critic(c).sum())", PickByKey, "GB0193") == fixed.after
+    # the answer is an object: proposed (nothing in the source says it is not a tensor);
+    # the run decides, where the builtin still breaks on that line
+    assert at(kept.before, "max(scored, key=lambda h: h.score)", PickByKey, "GB0193") is not None
+
+
+PICK = """
+import torch
+from torch import nn
+
+
+def score(t):
+    return t.norm()
+
+
+class Chooser(nn.Module):
+    def forward(self, x, xs):
+        {body}
+"""
+
+
+def pick(body: str, needle: str) -> list[str] | None:
+    src = textwrap.dedent(PICK).replace("{body}", body.replace("\n", "\n        "))
+    out = at(src, needle, PickByKey, "GB0193")
+    if out is None:
+        return None
+    assert "def _gbfix_pickable(xs):" in out and "def _gbfix_pick_by_key(pick, xs, key):" in out
+    ast.parse(out)
+    helpers = {line.strip() for line in (sorting._PICKABLE_CODE + sorting._PICK_CODE).splitlines()}
+    return [line for line in changed(src, out) if line not in helpers]
+
+
+@pytest.mark.parametrize(
+    "body, needle, expected",
+    [
+        (  # a lambda key, the result in a local
+            "best = max(xs, key=lambda t: t.sum())\nreturn x + best",
+            "max(xs, key=lambda t: t.sum())",
+            "best = (_gbfix_pick_by_key(max, xs, key=lambda t: t.sum()) if _gbfix_pickable(xs) else max(xs, key=lambda t: t.sum()))",
+        ),
+        (  # a named key, min, inline
+            "return x * min(xs, key=score)",
+            "min(xs, key=score)",
+            "return x * (_gbfix_pick_by_key(min, xs, key=score) if _gbfix_pickable(xs) else min(xs, key=score))",
+        ),
+        (  # an attribute list, read through a view and a torch function
+            "best = max(self.cands, key=score)\ny = torch.cat([best.view(-1), x])\nreturn y.sum()",
+            "max(self.cands, key=score)",
+            "best = (_gbfix_pick_by_key(max, self.cands, key=score) if _gbfix_pickable(self.cands) else max(self.cands, key=score))",
+        ),
+        (  # a method's result and a comparison
+            "return (min(xs, key=lambda t: t.abs().max()).softmax(-1) > 0.5).float()",
+            "min(xs, key=lambda t: t.abs().max())",
+            "return ((_gbfix_pick_by_key(min, xs, key=lambda t: t.abs().max()) if _gbfix_pickable(xs) else min(xs, key=lambda t: t.abs().max())).softmax(-1) > 0.5).float()",
+        ),
+    ],
+)
+def test_pick_rewrites(body, needle, expected):
+    assert pick(body, needle) == [expected]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "return max(xs, key=score)",  # returned: the caller would get a copy
+        "self.best = max(xs, key=score)\nreturn x",  # stored
+        "best = max(xs, key=score)\nbest.add_(1)\nreturn x + best",  # mutated in place
+        "best = max(xs, key=score)\nbest.view(-1).zero_()\nreturn x + best",  # mutated through a view
+        "best = max(xs, key=score)\nbest[0] = 1\nreturn x + best",  # item assignment
+        "best = max(xs, key=score)\nreturn x + helper(best)",  # user code sees it
+        "best = max(xs, key=score)\nreturn x + best, best is xs[0]",  # identity
+        "best = max(xs, key=score)\nbest = best * 2\nreturn x + best",  # bound twice
+        "return x + max(xs, key=score, default=x)",  # default=
+        "return x + max(xs[0], xs[1], key=score)",  # several positional arguments
+        "return x + max(list(xs), key=score)",  # not a name: evaluated twice
+        "return x + max(*xs, key=score)",
+        "torch.add(x, max(xs, key=score), out=x)\nreturn x",  # out=
+        "return x + max(xs)",  # no key: no GB0193 to answer
+    ],
+)
+def test_pick_declines(body):
+    needle = next(n for n in ("max(", "min(") if n in body)
+    src = textwrap.dedent(PICK).replace("{body}", body.replace("\n", "\n        "))
+    line = next(ln for ln in src.splitlines() if needle in ln)
+    call = line[line.index(needle):]
+    depth, end = 0, 0
+    for i, ch in enumerate(call):  # the call's own span, as Dynamo reports it
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0 and ch == ")":
+            end = i + 1
+            break
+    assert at(src, call[:end], PickByKey, "GB0193") is None
+
+
+def test_pick_declines_a_shadowed_builtin_and_a_taken_helper_name():
+    body = "return x * max(xs, key=score)"
+    src = textwrap.dedent(PICK).replace("{body}", body)
+    assert at("max = lambda *a, **k: None\n" + src, "max(xs, key=score)", PickByKey, "GB0193") is None
+    assert at(src + "\n_gbfix_pickable = None\n", "max(xs, key=score)", PickByKey, "GB0193") is None
+
+
+def _pick_helpers() -> types.SimpleNamespace:
+    """The two helpers as the recipe writes them, defined for a run."""
+    torch = pytest.importorskip("torch")
+    space: dict = {"torch": torch}
+    exec(sorting._PICKABLE_CODE + "\n" + sorting._PICK_CODE, space)
+    return types.SimpleNamespace(torch=torch, pickable=space["_gbfix_pickable"], pick=space["_gbfix_pick_by_key"])
+
+
+def test_pick_helpers_agree_with_the_builtins():
+    """Ties, NaN, +-inf and -0.0 keys in float32, float16, int64 and as Python floats:
+    the same element (the same object for Python keys), for max and min."""
+    import random
+
+    h = _pick_helpers()
+    torch = h.torch
+    rng = random.Random(0)
+    pool = [0.0, 1.0, -1.0, float("nan"), float("inf"), float("-inf"), -0.0, 2.0]
+    for _ in range(500):
+        n = rng.randint(1, 6)
+        kind = rng.choice([torch.float32, torch.float16, torch.int64, None])
+        values = [float(rng.randint(-2, 2)) if kind is torch.int64 else rng.choice(pool) for _ in range(n)]
+        xs = [torch.full((2,), float(i)) for i in range(n)]
+        keys = {id(x): v if kind is None else torch.tensor(v, dtype=kind) for x, v in zip(xs, values)}
+        assert h.pickable(xs)
+        for builtin in (max, min):
+            want = builtin(xs, key=lambda x: keys[id(x)])
+            got = h.pick(builtin, xs, key=lambda x: keys[id(x)])
+            assert torch.equal(got, want), (builtin, kind, values)
+            assert (got is want) == (kind is None)
+
+
+def test_pickable_only_for_alike_tensors_without_autograd():
+    h = _pick_helpers()
+    torch = h.torch
+    leaf = torch.ones(2, requires_grad=True)
+    assert h.pickable((torch.ones(2), torch.zeros(2)))
+    assert not h.pickable([])
+    assert not h.pickable(iter([torch.ones(2)]))  # an iterator would be used up
+    assert not h.pickable([torch.ones(2), torch.ones(3)])
+    assert not h.pickable([torch.ones(2), torch.ones(2, dtype=torch.float64)])
+    assert not h.pickable([torch.ones(2, 2).t()])  # not contiguous: the copy's strides would differ
+    assert not h.pickable([torch.ones(2), leaf])
+    with torch.no_grad():
+        assert h.pickable([torch.ones(2), leaf])
 
 
 # ---- deepcopy-container-to-clones --------------------------------------------------

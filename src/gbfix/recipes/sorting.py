@@ -28,14 +28,43 @@ data-dependent order needs concrete ints, and indexing a list with a traced
 index breaks again (GB0124; with ``capture_scalar_outputs`` the run fails
 on a data-dependent guard). SymInt keys (sorting by shapes that turned dynamic)
 have no tensor to argsort.
+
+GB0193: ``max(xs, key=f)`` / ``min(xs, key=f)``: Dynamo's builtin max and min
+take no ``key`` (an invalid call to the builtin's handler). ``pick-by-key``
+(safe) picks in tensor ops when Python's answer is a tensor that may be copied::
+
+    best = max(xs, key=f)
+    ->
+    best = (_gbfix_pick_by_key(max, xs, key=f) if _gbfix_pickable(xs) else max(xs, key=f))
+
+``_gbfix_pickable`` (a helper added once per module, as is the other) holds for
+a list or tuple of contiguous tensors of one shape, dtype and device that
+autograd does not record (grad mode off, or none requires grad); Dynamo decides
+it while tracing (types, shapes and grad mode are guarded). Everything else
+(objects holding tensors such as beam hypotheses, mixed shapes, a graph that
+needs gradients, where a stacked pick would give the unpicked tensors zero
+gradients instead of none) runs the builtin, unchanged, and still breaks on
+that line, where the verifier sees it. ``_gbfix_pick_by_key`` calls the key
+once per element in order, as the builtin does; Python-number keys go through
+the builtin's own loop (``keys[i] > keys[best]``), tensor keys through
+``argmax``/``argmin``, which also keep the first best key, with NaN keys masked
+so that one wins only when it comes first, as Python's comparisons (all False
+with NaN) have it (ties, NaN, +-inf and -0.0 checked against the builtins on
+float32, float16, int64 and Python keys). The picked tensor is a copy: the
+result must only be read (by operators, by tensor methods and torch functions
+that write nothing in place, following views), never returned, stored,
+mutated or passed to user code, where its identity would show. The iterable
+must be a name (it is read twice).
 """
 
 from __future__ import annotations
 
 import libcst as cst
 
-from gbfix.recipes.base import Recipe, Replacement, SiteContext
-from gbfix.recipes.print_call import call_at, qualified_names
+from libcst.metadata import FunctionScope
+
+from gbfix.recipes.base import Decline, Recipe, Replacement, SiteContext
+from gbfix.recipes.print_call import call_at, global_bindings, qualified_names
 from gbfix.recipes.tree import variables, walk
 
 
@@ -183,4 +212,151 @@ class SortedRangeToArgsort(Recipe):
 
 _EQ = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
 
-RECIPES = (SortedRangeToArgsort,)
+_PICKABLE = "_gbfix_pickable"
+_PICKABLE_CODE = '''\
+def _gbfix_pickable(xs):
+    # Added by gbfix: whether _gbfix_pick_by_key may stand in for the builtin max or
+    # min over xs: a list or tuple of contiguous tensors of one shape, dtype and
+    # device that autograd does not record (what it returns is a copy).
+    if not isinstance(xs, (list, tuple)) or not xs or not all(isinstance(x, torch.Tensor) for x in xs):
+        return False
+    if torch.is_grad_enabled() and any(x.requires_grad for x in xs):
+        return False
+    first = xs[0]
+    return all(
+        x.shape == first.shape and x.dtype == first.dtype and x.device == first.device and x.is_contiguous()
+        for x in xs
+    )
+'''
+_PICK = "_gbfix_pick_by_key"
+_PICK_CODE = '''\
+def _gbfix_pick_by_key(pick, xs, key):
+    # Added by gbfix: the builtin pick (max or min) of xs by key, in tensor ops that
+    # torch.compile keeps in its graph. As with the builtin, key is called once per
+    # element in order, the first best key wins, and a NaN key only when it comes
+    # first (every comparison with NaN is False).
+    keys = [key(x) for x in xs]
+    if not all(isinstance(k, torch.Tensor) and k.numel() == 1 for k in keys):
+        best = 0  # the builtin's own loop, for keys that are Python numbers
+        for i in range(1, len(keys)):
+            if (keys[i] > keys[best]) if pick is max else (keys[i] < keys[best]):
+                best = i
+        return xs[best]
+    keys = torch.stack([k.reshape(()) for k in keys])
+    nan = keys.isnan() if keys.is_floating_point() else None
+    if nan is not None:
+        keys = torch.where(nan, float("-inf") if pick is max else float("inf"), keys)
+    best = keys.argmax() if pick is max else keys.argmin()
+    if nan is not None:
+        best = torch.where(nan[0], 0, best)
+    return torch.stack(xs)[best.reshape(1)][0]
+'''
+
+# Tensor methods and torch functions whose result may share memory with their input:
+# what is done to their result is done to it.
+_ALIASING = frozenset(
+    "view view_as reshape reshape_as squeeze unsqueeze flatten unflatten expand expand_as transpose permute"
+    " narrow select t T mT H mH detach contiguous to type type_as float double half bfloat16 long int bool"
+    " cpu cuda as_strided unbind split chunk movedim swapaxes real imag diagonal".split()
+)
+_NOT_ELEMENTWISE = (cst.Is, cst.IsNot, cst.In, cst.NotIn)
+# Reads that expose identity or memory rather than values.
+_EXPOSING = frozenset("data grad numpy data_ptr untyped_storage storage set_ share_memory_".split())
+
+
+def _only_read(ctx: SiteContext, node: cst.BaseExpression) -> bool:
+    """The value of ``node`` is only read: by operators, by tensor methods and torch
+    functions that write nothing in place (views followed on), or through a local bound
+    once whose every use is such a read. A copy there behaves as the original does."""
+    up = ctx.file.parent(node)
+    if isinstance(up, cst.BinaryOperation):
+        return True
+    if isinstance(up, (cst.Comparison, cst.ComparisonTarget)):  # elementwise, not identity or membership
+        targets = up.comparisons if isinstance(up, cst.Comparison) else [up]
+        return not any(isinstance(c.operator, _NOT_ELEMENTWISE) for c in targets)
+    if isinstance(up, cst.UnaryOperation):
+        return isinstance(up.operator, (cst.Minus, cst.Plus, cst.BitInvert))
+    if isinstance(up, cst.Subscript) and up.value is node:
+        return not isinstance(ctx.file.parent(up), (cst.AssignTarget, cst.AugAssign, cst.Del)) and _only_read(ctx, up)
+    if isinstance(up, cst.Attribute) and up.value is node:
+        name = up.attr.value
+        if name in _EXPOSING or name.endswith("_"):
+            return False
+        call = ctx.file.parent(up)
+        result = call if isinstance(call, cst.Call) and call.func is up else up
+        return name not in _ALIASING or _only_read(ctx, result)
+    if isinstance(up, cst.Element):
+        display = ctx.file.parent(up)
+        return isinstance(display, (cst.List, cst.Tuple)) and _torch_argument(ctx, display)
+    if isinstance(up, cst.Arg):
+        return _torch_argument(ctx, node)
+    if isinstance(up, cst.Assign) and up.value is node and len(up.targets) == 1:
+        target = up.targets[0].target
+        scope = ctx.file.scopes.get(target) if isinstance(target, cst.Name) else None
+        if not isinstance(scope, FunctionScope) or len(scope.assignments[target.value]) != 1:
+            return False
+        (assignment,) = scope.assignments[target.value]
+        refs = [ref.node for ref in assignment.references]
+        return bool(refs) and all(isinstance(r, cst.Name) and _only_read(ctx, r) for r in refs)
+    return False
+
+
+def _torch_argument(ctx: SiteContext, node: cst.BaseExpression) -> bool:
+    """``node`` is a positional argument of a torch function that writes nothing in place."""
+    arg = ctx.file.parent(node)
+    call = ctx.file.parent(arg) if isinstance(arg, cst.Arg) else None
+    if not isinstance(call, cst.Call) or arg.keyword is not None or arg.star or _kwargs(call) is None:
+        return False
+    if "out" in _kwargs(call):
+        return False
+    names = qualified_names(ctx, call.func)
+    if len(names) != 1 or not next(iter(names)).startswith("torch."):
+        return False
+    name = next(iter(names)).rpartition(".")[2]
+    if name.endswith("_") or name in _EXPOSING:
+        return False
+    return name not in _ALIASING or _only_read(ctx, call)
+
+
+class PickByKey(Recipe):
+    name = "pick-by-key"
+    codes = ("GB0193",)
+    safety = "safe"
+    summary = "max/min(xs, key=f) over same-shape tensors -> a helper picking in tensor ops (first best key, NaN as Python)"
+    rule = "GB0193"
+
+    def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
+        call = call_at(ctx)
+        if call is None or qualified_names(ctx, call.func) not in ({"builtins.max"}, {"builtins.min"}):
+            return None
+        kwargs = _kwargs(call)
+        positional = [a for a in call.args if a.keyword is None]
+        if kwargs is None or len(positional) != 1 or set(kwargs) != {"key"}:
+            return None  # several positional arguments compare those; `default=` has no tensor form
+        if not _reference(positional[0].value):
+            raise Decline("the iterable is not a name: it would be evaluated twice")
+        for helper in (_PICKABLE, _PICK):
+            if any(not isinstance(n, cst.FunctionDef) for n in global_bindings(ctx, helper)):
+                raise Decline(f"the module binds `{helper}` to something else")
+        if not _only_read(ctx, call):
+            raise Decline("the picked tensor is not only read: a copy of it would show")
+        return call
+
+    def rewrite(self, node: cst.CSTNode) -> Replacement:
+        assert isinstance(node, cst.Call)
+        self.need_import("torch")
+        self.need_helper(_PICKABLE, _PICKABLE_CODE)
+        self.need_helper(_PICK, _PICK_CODE)
+        bare = node.with_changes(lpar=[], rpar=[])
+        xs = next(a.value for a in node.args if a.keyword is None)
+        space = cst.SimpleWhitespace(" ")
+        pick = cst.Arg(bare.func, comma=cst.Comma(whitespace_after=space))
+        picked = bare.with_changes(func=cst.Name(_PICK), args=[pick, *bare.args])
+        test = cst.Call(cst.Name(_PICKABLE), [cst.Arg(xs)])
+        return cst.IfExp(
+            test=test, body=picked, orelse=bare, lpar=[cst.LeftParen()], rpar=[cst.RightParen()],
+            whitespace_before_if=space, whitespace_after_if=space, whitespace_before_else=space, whitespace_after_else=space,
+        )
+
+
+RECIPES = (SortedRangeToArgsort, PickByKey)
