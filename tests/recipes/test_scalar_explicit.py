@@ -265,6 +265,32 @@ def test_zero_dim_partner_declines(body, read):
     assert at(fn(body, "x: torch.Tensor, y: torch.Tensor"), read) is None
 
 
+@pytest.mark.parametrize(
+    "body, read, expected",
+    [
+        ("return x.masked_fill(x > t.item(), 0.0)", "t.item()", "return x.masked_fill(x > t.detach().reshape(()), 0.0)\n"),
+        ("thr = t.max().item()\nkeep = thr <= x\nreturn x * keep", "t.max().item()", "thr = t.max().detach()\n"),
+        ("return torch.where(x != float(t), x, 0.0)", "float(t)", "return torch.where(x != t.detach().reshape(()), x, 0.0)\n"),
+        ("return (x >= t.item() - 0.5).float()", "t.item()", "return (x >= t.detach().reshape(()).double() - 0.5).float()\n"),
+    ],
+)
+def test_comparison_with_a_tensor(body, read, expected):
+    assert expected in at(fn(body), read)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "return x.long() > t.item()",  # an integer partner compares in another dtype
+        "return 0 < t.item() < x",  # a chain calls bool()
+        "return x.sum() > t.item()",  # 0-dim partner of an unknown dtype
+        "s = t.item()\nreturn x if s > 0 else -x",  # compared with a literal: Python control flow
+    ],
+)
+def test_comparison_declines(body):
+    assert at(fn(body), "t.item()") is None
+
+
 def test_loss_normalize_fixture():
     source = (RULES.parent / "tests" / "fixtures" / "realworld" / "loss_normalize" / "losses.py").read_text()
     out = at(source, "(labels != ignore_index).sum().item()")

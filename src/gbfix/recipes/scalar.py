@@ -24,8 +24,9 @@ Type promotion: a Python scalar never sets the dtype of a tensor op unless its c
 dtype, and the same values, whenever `x` is a dimensioned floating tensor, whatever `t`'s
 dtype. Checked on torch 2.13 for float16/bfloat16/float32/float64 `x` against every float,
 int and bool `t`, with and without literal arithmetic, for + - * // % and `x / s`, clamp,
-masked_fill and where: bit-identical except `s * x` in half precision (one rounding apart).
-`x ** s` (pow special-cases Python exponents) and `s / x` (Python computes
+masked_fill, where and the comparisons `< <= > >= == !=` (either side; the bool result
+then feeds tensor code, `x.masked_fill(x > s, 0)`): bit-identical except `s * x` in half
+precision (one rounding apart). `x ** s` (pow special-cases Python exponents) and `s / x` (Python computes
 x.reciprocal() * s) are not, and are declined. The other operand must therefore be
 visibly a tensor, and the recipe declines when it shows an integer/bool dtype or may be
 0-dim (a full reduction, a loss, an integer index). A dtype the source does not reveal is
@@ -45,6 +46,8 @@ _ARITH = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide, cst.
 # Ops where a Python scalar operand and a 0-dim tensor give bitwise the same result for a
 # floating tensor on the other side (`**` does not: pow special-cases Python exponents).
 _SCALAR_OPS = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide, cst.Modulo)
+# `x > s` compares in the promoted dtype, which a 0-dim tensor leaves as a Python scalar does.
+_ELEMENTWISE_COMPARISONS = (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual, cst.Equal, cst.NotEqual)
 _SCALAR_ASSIGN_OPS = (
     cst.AddAssign, cst.SubtractAssign, cst.MultiplyAssign, cst.DivideAssign, cst.FloorDivideAssign, cst.ModuloAssign,
 )
@@ -675,6 +678,14 @@ class ItemToTensor(Recipe):
             if isinstance(up.operator, cst.Divide) and up.left is top:
                 return None
             return self._partner(f, up.right if up.left is top else up.left)
+        if isinstance(up, cst.Comparison) and len(up.comparisons) == 1:  # a chain would call bool()
+            (target,) = up.comparisons
+            if isinstance(target.operator, _ELEMENTWISE_COMPARISONS):
+                return self._partner(f, target.comparator if up.left is top else up.left)
+            return None
+        if isinstance(up, cst.ComparisonTarget) and isinstance(up.operator, _ELEMENTWISE_COMPARISONS):
+            comparison = f.parent(up)
+            return self._partner(f, comparison.left) if len(comparison.comparisons) == 1 else None
         if isinstance(up, cst.AugAssign) and up.value is top and isinstance(up.operator, _SCALAR_ASSIGN_OPS):
             # in place: the target keeps its dtype, so any tensor target behaves the same
             return _DIMENSIONED if isinstance(up.target, cst.Name) and f.tensor(up.target) else None
