@@ -459,7 +459,7 @@ if _gbfix_unchanged("pkg.layers", "Block.forward", "{digest}"):
             torch._higher_order_ops.print("block norm {{:.4f}}", h.norm())  # BREAK
             return x + SCALE * h
 
-    # named as pkg's class: print(model), pickles and type(m).__name__ stay as they were
+    # named as the library's class, so that print(model) and pickles do not change
     _GbfixFixedBlock.__module__ = "pkg.layers"
     _GbfixFixedBlock.__name__ = _GbfixFixedBlock.__qualname__ = "Block"
     pkg.layers.Block = pkg.model.Block = _GbfixFixedBlock

@@ -114,6 +114,7 @@ import inspect
 import io
 import os
 import sysconfig
+import textwrap
 from dataclasses import replace
 from pathlib import Path
 
@@ -826,17 +827,23 @@ def _with_patch(
     head += [f"from {mod} import {', '.join(names)}" for mod, names in froms.items()]
     targets = " = ".join(f"{m}.{local}" for m, (_, local) in binds.items())
     tail = [f'{sub}.__module__ = "{libmod}"', f'{sub}.__name__ = {sub}.__qualname__ = "{name}"', f"{targets} = {sub}"]
-    why = f"# named as {libmod.split('.')[0]}'s class: print(model), pickles and type(m).__name__ stay as they were"
+    why = "# named as the library's class, so that print(model) and pickles do not change"
     blank = cst.EmptyLine(indent=False)
     subclass = _subclass(ctx, lib, method, sub, f"{libmod}.{name}").with_changes(leading_lines=[blank])
     end = [cst.parse_statement(t + newline, config=config) for t in tail]
     end[0] = end[0].with_changes(leading_lines=[blank, cst.EmptyLine(comment=cst.Comment(why))])
     if_ = cst.parse_statement(f'if {_GUARD}("{libmod}", "{name}.{meth}", "{digest}"):{newline}    pass{newline}', config=config)
     assert isinstance(if_, cst.If)
-    note = [
-        f"# gbfix: {libmod}.{name}.{meth} breaks the compiled graph, and gbfix does not edit",
-        f"# {libmod.split('.')[0]}: while that method is the code fixed here, {libmod.split('.')[0]} builds this subclass instead.",
-    ]
+    top = libmod.split(".")[0]
+    note = textwrap.wrap(
+        f"gbfix: {libmod}.{name}.{meth} breaks the compiled graph, and gbfix does not edit {top}:"
+        f" while that method is the code fixed here, {top} builds this subclass instead.",
+        width=88,
+        initial_indent="# ",
+        subsequent_indent="# ",
+        break_on_hyphens=False,
+        break_long_words=False,
+    )
     body = [cst.parse_statement(h + newline, config=config) for h in head]
     patch = if_.with_changes(
         body=if_.body.with_changes(body=[*body, subclass, *end]),
