@@ -113,7 +113,10 @@ class _Session:
         # Sites no recipe could fix: original key -> the version of its file then. A
         # later edit to that file (a loop rewritten, a config set) may make one fixable.
         self.hopeless: dict[tuple, int] = {}
-        self.rejected: dict[tuple, set[str]] = {}  # original site key -> recipes whose edit for it failed
+        # Original site key -> recipes whose edit for it failed -> None (not again), or the
+        # version of its file then: the edit's span held other breaks (an `if` whose arm
+        # breaks too), and once an edit for them changes the file it is tried again.
+        self.rejected: dict[tuple, dict[str, int | None]] = {}
         self.noise: Noise | None = None  # run-to-run differences of the original, once measured
         self.own_reference: RunResult | None = None  # the original on its own backend, if needed
         self.uncompiled: RunResult | None = None  # the original with Dynamo off, if needed
@@ -243,7 +246,7 @@ class _Session:
             return result
         if len(group) == 1:
             self.outcomes = [Outcome(o.edit, "rejected:backend", why) if o.edit is group[0] else o for o in self.outcomes]
-            self.rejected.setdefault(self.where[group[0].id], set()).add(group[0].recipe)
+            self.rejected.setdefault(self.where[group[0].id], {})[group[0].recipe] = None
             return None
         mid = len(group) // 2
         first = self.own_settle(group[:mid], kept, locator)
@@ -293,10 +296,11 @@ class _Session:
     def propose(self, site: Site, locator: Locator, caps: frozenset[str]) -> list[Edit]:
         ctx = self._context(site, locator, caps)
         out = []
-        tried = self.rejected.get(self.original_key(site), set())
+        tried = self.rejected.get(self.original_key(site), {})
+        gen = self._generation(site.path)
         for recipe in recipes.candidates(site.code, unsafe=self.opts.unsafe_fixes):
-            if recipe.name in tried:  # its own edit failed here before: not again in a later round
-                continue
+            if recipe.name in tried and tried[recipe.name] in (None, gen):
+                continue  # its own edit failed here before, and nothing it held was fixed since
             rw = recipe().propose(ctx)
             if rw is None:
                 continue
@@ -324,7 +328,7 @@ class _Session:
         result, failure, placed = self.trial(accepted + group, rnd.locator)
         if result is None:
             if len(group) == 1:
-                self.reject(group[0], "rejected:output-mismatch", failure or "")
+                self.reject(group[0], "rejected:output-mismatch", failure or "", rnd)
                 return None
             return self._halves(group, accepted, rnd)
         bad = {e.id: v for e in group if (v := site_verdict(e, placed, rnd.byte_col(e.site), rnd.codes_in(e)))}
@@ -333,7 +337,7 @@ class _Session:
                 bad[e.id] = v
         for e in group:
             if e.id in bad:
-                self.reject(e, *bad[e.id])
+                self.reject(e, *bad[e.id], rnd)
         good = [e for e in group if e.id not in bad]
         if not good:
             return None
@@ -345,7 +349,7 @@ class _Session:
             self.outcomes.extend(Outcome(e, "applied") for e in good)
             return result
         if diff is not None and len(group) == 1:
-            self.reject(group[0], "rejected:output-mismatch", diff)
+            self.reject(group[0], "rejected:output-mismatch", diff, rnd)
             return None
         if bad:  # the failing edits may be what changed behaviour: retry without them
             return self.settle(good, accepted, rnd)
@@ -405,9 +409,12 @@ class _Session:
         first = self.settle(group[:mid], accepted, rnd)
         return self.settle(group[mid:], accepted, rnd) or first
 
-    def reject(self, edit: Edit, status: Status, detail: str) -> None:
+    def reject(self, edit: Edit, status: Status, detail: str, rnd: _Round) -> None:
         self.outcomes.append(Outcome(edit, status, detail))
-        self.rejected.setdefault(self.where[edit.id], set()).add(edit.recipe)
+        # An edit around other breaks (a torch.cond whose branch holds a dynamic-shape
+        # op) may fail because of them: it is tried again once the file has changed.
+        retry = self._generation(edit.path) if rnd.codes_in(edit) else None
+        self.rejected.setdefault(self.where[edit.id], {})[edit.recipe] = retry
 
     # --- rounds -------------------------------------------------------------
     def rounds(self, run: RunResult, caps: frozenset[str], first: int) -> RunResult:
@@ -492,7 +499,7 @@ class _Session:
         if self.deferred is not None:
             self.deferred.append(_Checkpoint(
                 number, run, accepted, rnd.locator, dict(self.current), dict(self.to_original),
-                len(self.outcomes), {k: set(v) for k, v in self.rejected.items()}, dict(self.hopeless),
+                len(self.outcomes), {k: dict(v) for k, v in self.rejected.items()}, dict(self.hopeless),
             ))
         self._commit(accepted, rnd.locator)
         return last
@@ -520,7 +527,7 @@ class _Session:
         for n, cp in enumerate(checkpoints, 1):
             self.current, self.to_original = dict(cp.current), dict(cp.to_original)
             self.outcomes = self.outcomes[: cp.outcomes]
-            self.rejected = {k: set(v) for k, v in cp.rejected.items()}
+            self.rejected = {k: dict(v) for k, v in cp.rejected.items()}
             self.hopeless = dict(cp.hopeless)
             self.applied.clear()
             kept: list[Edit] = []
@@ -657,7 +664,7 @@ class _Checkpoint:
     current: dict[Path, SourceFile]
     to_original: dict[Path, LineMap]
     outcomes: int  # how many outcomes there were at the round's end
-    rejected: dict[tuple, set[str]]
+    rejected: dict[tuple, dict[str, int | None]]
     hopeless: dict[tuple, int]
 
 
