@@ -240,12 +240,29 @@ def test_logging_rule_example():
     assert rewrite_line(example.before, LoggerToOp, "logger.warning(", "GB0291", capabilities=ALL_CAPABILITIES) == example.after
 
 
+@pytest.mark.parametrize(
+    "code, title, needle",
+    [
+        ("GB0291", "transformers' `warning_once`", "logger.warning_once("),
+        ("GB0291", "a logger kept on `self`", "self.log.info("),
+        ("GB6215", "a logger looked up inline", "logging.getLogger(__name__).warning("),
+    ],
+)
+def test_logging_rule_examples_with_values_and_named_loggers(code, title, needle):
+    from gbfix.records import ObservedCall, ValueSpec
+
+    example = _rule(code, title)
+    # what an uncompiled run shows of forward's calls (the step logged is an int)
+    line = example.before.splitlines().index("    def forward(self, x, step):") + 1 if "step):" in example.before else 0
+    args = (("self", ValueSpec("module")), ("x", ValueSpec("tensor")), ("step", ValueSpec("int", value=0)))
+    observed = {line: (ObservedCall(args, ValueSpec("tensor")),)}
+    after = rewrite_line(example.before, LoggerToOp, needle, code, capabilities=ALL_CAPABILITIES, observed=observed)
+    assert after == example.after
+
+
 def test_logging_rule_example_leaf():
-    # the op route is proposed too (its helper cannot hand a tensor to the op, so it
-    # calls the logger, which breaks again: the verifier rejects it); then the leaf
     example = _rule("GB0291", "a tensor in the message, on the eager backend")
-    op = rewrite_line(example.before, LoggerToOp, "logger.debug(", "GB0291", capabilities=ALL_CAPABILITIES)
-    assert '_gbfix_log("logger", "debug", "router load %s", probs.mean(0))' in op
+    assert rewrite_line(example.before, LoggerToOp, "logger.debug(", "GB0291", capabilities=ALL_CAPABILITIES) is None
     assert rewrite_line(example.before, LoggerToLeaf, "logger.debug(", "GB0291", capabilities=ALL_CAPABILITIES) == example.after
 
 
@@ -354,10 +371,46 @@ def test_logging_op_self_logger(init, expected):
         'logger.setLevel("INFO")',
         'ok = logger.info("a")',  # the result is used
         "logger.info()",
+        # values that may be tensors: the helper would log them itself, breaking in its own code
+        'logger.debug("load %s", probs.mean(0))',
+        'logger.info("x %s", x)',  # a parameter not seen in an uncompiled run
+        'logger.info("shape %s", x.shape)',  # a torch.Size
+        'logger.info("n %s", x.size())',
+        'logger.info("t %s", torch.ones(1))',
+        'logger.info("x %s", x[0])',
     ],
 )
 def test_logging_op_declines(stmt):
     assert _log(stmt) is None
+
+
+@pytest.mark.parametrize("kind, fixed", [("int", True), ("float", True), ("tensor", False), ("other", False)])
+def test_logging_op_parameter_kinds_from_an_uncompiled_run(kind, fixed):
+    from gbfix.records import ObservedCall, ValueSpec
+
+    module = LOG_MODULE.replace("def forward(self, x):", "def forward(self, x, step):")
+    calls = (ObservedCall((("self", ValueSpec("module")), ("x", ValueSpec("tensor")), ("step", ValueSpec(kind))), ValueSpec("tensor")),)
+    line = module.splitlines().index("    def forward(self, x, step):") + 1
+    out = _log('logger.info("step %d", step)', module, observed={line: calls})
+    assert (out is not None) == fixed
+    # the recipe asks to see the function only when a parameter is logged
+    source = module.replace("{stmt}", 'logger.info("step %d", step)')
+    assert _observe(source, 'logger.info("step %d", step)') == "forward"
+    assert _observe(module.replace("{stmt}", 'logger.info("a")'), 'logger.info("a")') is None
+
+
+def _observe(source: str, needle: str) -> str | None:
+    from gbfix.locate import ParsedFile
+    from gbfix.records import Break, Cause, Frame, Site
+    from gbfix.recipes.base import SiteContext
+    from gbfix.sources import SourceFile
+
+    parsed = ParsedFile(SourceFile(Path("/virtual/example.py"), source.encode(), source, "utf-8"))
+    line, col, end = line_site(source, needle)
+    brk = Break(causes=(Cause("GB0291", "GB0291", ""),), stack=(Frame("/virtual/example.py", line, col, end, "f"),))
+    site = Site(Path("/virtual/example.py"), line, col, end, brk)
+    fn = LoggerToOp().observe(SiteContext(site, parsed.node_at(line, col, end), parsed, ALL_CAPABILITIES))
+    return None if fn is None else fn.name.value
 
 
 def _send(rewritten_module: str) -> dict:

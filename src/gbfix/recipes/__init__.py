@@ -27,6 +27,7 @@ _MODULES = (
     "expert_loop",
     "copying",
     "timing",
+    "env_check",  # a cached environment probe: a constant of the graph, before the opaque-op wrappers
     "generator",
     "split_step",
     "grad_mode",

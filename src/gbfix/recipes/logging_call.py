@@ -58,11 +58,13 @@ from typing import ClassVar
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from gbfix.recipes.base import Recipe, SiteContext
+from gbfix.records import ValueSpec
+from gbfix.recipes.base import Decline, Recipe, SiteContext
 from gbfix.recipes.print_call import (
     builtin_at,
     call_at,
     global_bindings,
+    is_builtin,
     is_module_global,
     qualified_names,
     str_literal,
@@ -223,10 +225,25 @@ def _gbfix_log_named(name, method, *args):
     _gbfix_log_send(None, name, method, args)
 ''')
 
+    def observe(self, ctx: SiteContext) -> cst.FunctionDef | None:
+        """The function holding the call, when an argument is one of its parameters:
+        its kinds in an uncompiled run tell a number from a tensor."""
+        call = super().match(ctx)
+        fn = ctx.enclosing(cst.FunctionDef)
+        if call is None or fn is None:
+            return None
+        return fn if any(_parameter(fn, a.value) for a in call.args) else None
+
     def match(self, ctx: SiteContext) -> cst.Call | None:
         self.helper, self.helper_code = type(self).helper, type(self).helper_code
         call = super().match(ctx)
-        if call is not None and self._named:
+        if call is None:
+            return None
+        for arg in call.args:
+            why = _not_a_plain_value(ctx, arg.value)
+            if why:
+                raise Decline(f"{ctx.code(arg.value)} {why}")
+        if self._named:
             self.helper, self.helper_code = self.named_helper
         return call
 
@@ -283,7 +300,12 @@ def literal(ctx: SiteContext, node: cst.BaseExpression) -> object:
 def arglist(call: cst.Call, args: list[cst.Arg]) -> list[cst.Arg]:
     """``args`` as positional arguments laid out like ``call``'s (same separators, same trailing comma)."""
     last = call.args[-1]
-    sep = call.args[0].comma if len(call.args) > 1 else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    if len(call.args) > 1:
+        sep = call.args[0].comma
+    elif isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace):
+        sep = cst.Comma(whitespace_after=call.whitespace_before_args)  # one argument per line, as it was
+    else:
+        sep = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
     out = []
     for i, arg in enumerate(args):
         if i == len(args) - 1:
@@ -294,6 +316,63 @@ def arglist(call: cst.Call, args: list[cst.Arg]) -> list[cst.Arg]:
             comma = sep
         out.append(arg.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT, comma=comma))
     return out
+
+
+# Calls whose result is a str or a number (or that break at the call itself, as
+# int(t) does): the op takes them. `size`/`dim`/`numel` with an index give a size.
+_PLAIN_CALLS = frozenset({"len", "int", "float", "str", "repr", "round", "bool", "format"})
+_PLAIN_METHODS = frozenset({"size", "dim", "numel", "format", "join", "lower", "upper", "strip", "replace"})
+_PLAIN_KINDS = frozenset({"int", "float", "bool", "str", "none"})
+
+
+def _not_a_plain_value(ctx: SiteContext, node: cst.BaseExpression) -> str | None:
+    """Why ``node`` may not be a str, a number or None while Dynamo traces, or None.
+
+    The helper sends anything else to the logger itself, which breaks in the
+    helper's code, where the verifier does not look for the edit's breaks: so an
+    argument that may be a tensor is declined here. Attribute chains (``self.idx``,
+    ``self.config.model_type``) and module globals are taken as plain values.
+    """
+    if isinstance(literal(ctx, node), (str, int, float, type(None))):
+        return None
+    if isinstance(node, (cst.FormattedString, cst.ConcatenatedString)):
+        return None  # a str, built at the call (a tensor in a field breaks there)
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.left, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
+        return None  # "..." % x, "..." + s: a str or an error at the call
+    if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Attribute) and node.value.attr.value == "shape":
+        return None  # x.shape[i]: a size
+    if isinstance(node, cst.Attribute):
+        if node.attr.value in ("shape",):
+            return "is a torch.Size, which the op cannot take"
+        return None if _is_chain(node) else "may be a tensor"
+    if isinstance(node, cst.Call):
+        func = node.func
+        if isinstance(func, cst.Name) and func.value in _PLAIN_CALLS and is_builtin(ctx, func):
+            return None
+        if isinstance(func, cst.Attribute) and func.attr.value in _PLAIN_METHODS and node.args:
+            return None
+        return "may return a tensor"
+    if isinstance(node, cst.Name):
+        fn = ctx.enclosing(cst.FunctionDef, node=node)
+        if fn is not None and _parameter(fn, node):
+            calls = ctx.observed.get((ctx.site.path, ctx.file.span(fn.decorators[0] if fn.decorators else fn)[0][0]), ())
+            kinds = {dict(c.args).get(node.value, ValueSpec("other")).kind for c in calls}
+            return None if calls and kinds <= _PLAIN_KINDS else f"was {sorted(kinds) or 'not seen'} in an uncompiled run"
+        return None if is_module_global(ctx, node) else "is a local that may hold a tensor"
+    return "may be a tensor"
+
+
+def _is_chain(node: cst.BaseExpression) -> bool:
+    """``a.b.c``: names and attributes only."""
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return isinstance(node, cst.Name)
+
+
+def _parameter(fn: cst.FunctionDef, node: cst.BaseExpression) -> bool:
+    params = fn.params
+    names = {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}
+    return isinstance(node, cst.Name) and node.value in names
 
 
 def _logger_name(ctx: SiteContext, node: cst.BaseExpression) -> cst.BaseExpression | None:
