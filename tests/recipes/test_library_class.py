@@ -270,9 +270,29 @@ def test_methods_that_mean_something_else_elsewhere(tmp_path, body):
     assert fix(tmp_path, body=body, lib_span='print("x"') is None
 
 
-def test_a_decorated_method(tmp_path):
-    layers = LAYERS.replace("    def forward(self, x, mask=None):", "    @torch.no_grad()\n    def forward(self, x, mask=None):")
+def test_a_method_decorated_by_a_registry(tmp_path):
+    """A decorator that is not torch's grad/autocast/jit marker may register the copy a second time."""
+    layers = LAYERS.replace("SCALE = 0.5\n", "SCALE = 0.5\nHOOKS = []\n").replace(
+        "    def forward(self, x, mask=None):", "    @HOOKS.append\n    def forward(self, x, mask=None):"
+    )
     assert fix(tmp_path, layers=layers) is None
+
+
+def test_a_method_under_torch_decorators(tmp_path):
+    """The decorators come with the copy; the one applied as imported (autocast) is imported too."""
+    layers = LAYERS.replace("from torch import nn\n", "from torch import nn\nfrom torch.amp import autocast\n").replace(
+        "    def forward(self, x, mask=None):",
+        "    @torch.jit.ignore\n    @autocast(\"cpu\", enabled=False)\n    def forward(self, x, mask=None):",
+    )
+    out = fix(tmp_path, layers=layers)
+    assert "from torch.amp import autocast" in out
+    assert (
+        "class _GbfixFixedBlock(Block):\n"
+        "    @torch.jit.ignore\n"
+        '    @autocast("cpu", enabled=False)\n'
+        "    def forward(self, x, mask=None):\n"
+    ) in out
+    assert 'torch._higher_order_ops.print("block norm {:.4f}", h.norm())  # BREAK' in out
 
 
 def test_a_name_bound_differently_in_the_users_file(tmp_path):
@@ -499,12 +519,16 @@ return x + h'''
 
 
 def test_the_digest_is_what_inspect_getsource_gives(tmp_path):
-    """CRLF line ends, comments after the method and a string that ends at column 0."""
+    """CRLF line ends, comments after the method and a string that ends at column 0; decorators."""
     text = 'class A:\r\n    def f(self):\r\n        s = """a\r\nb"""\r\n        return s\r\n\r\n    # after\r\n\r\nX = 1\r\n'
     path = tmp_path / "crlf.py"
     path.write_bytes(text.encode())
     lines = io.StringIO(text, newline=None).readlines()
     assert source_digest(lines, 2) == _digest_of(path, "A", "f")
+    text = "def keep(f):\n    return f\n\n\nclass B:\n    @keep\n    @keep\n    def g(self):\n        return 2\n"
+    path = tmp_path / "decorated.py"
+    path.write_text(text)
+    assert source_digest(text.splitlines(keepends=True), 6) == _digest_of(path, "B", "g")
 
 
 def test_the_guard_is_off_for_other_code(tmp_path, monkeypatch):

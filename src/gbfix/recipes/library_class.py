@@ -49,7 +49,9 @@ that rewrites the copied method wins. Each module global the method reads is
 imported under the same name (the library's own import, made absolute, or
 ``from <library module> import <name>``); a name the user's file already binds
 to something else is declined, as are methods that would mean something else
-in another class or module: decorated or async methods, ``super()``,
+in another class or module: async methods, decorators other than torch's
+(``torch.no_grad()``, ``autocast(...)``, ``torch.jit.ignore``: they are copied with
+the method), ``super()``,
 ``__class__``, ``type(self)``, name-mangled ``__x`` names,
 ``global``/``nonlocal``, ``globals()``/``locals()`` and frame introspection,
 module dunders (``__name__``), and library globals rebound at run time
@@ -139,6 +141,12 @@ _CALL_MACHINERY = frozenset({"_wrapped_call_impl", "_call_impl"})
 # Names whose meaning depends on the module or frame the code runs in.
 _CONTEXTUAL = frozenset({"super", "__class__", "globals", "locals", "vars", "exec", "eval", "__import__"})
 _INTROSPECTION = frozenset({"sys._getframe", "inspect.currentframe", "inspect.stack", "traceback.extract_stack"})
+# Decorators that mean the same on a copy of the method in another class and module
+# (a registry's decorator would register the copy again).
+_NEUTRAL_DECORATORS = frozenset(
+    {"torch.jit.ignore", "torch.jit.unused", "torch.no_grad", "torch.enable_grad", "torch.inference_mode"}
+    | {"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast", "torch.cuda.amp.autocast"}
+)
 _MODULE_DUNDERS = frozenset({"__name__", "__file__", "__spec__", "__package__", "__loader__", "__doc__", "__builtins__", "__path__"})
 
 
@@ -295,8 +303,14 @@ def _method_at(lib: ParsedFile, frame: Frame) -> tuple[cst.ClassDef, cst.Functio
 
 def _check_method(lib: ParsedFile, fn: cst.FunctionDef) -> None:
     """What would mean something else in another class or module."""
-    if fn.decorators or fn.asynchronous or not isinstance(fn.body, cst.IndentedBlock):
-        raise _Decline("decorated, async or a one-line method")
+    if fn.asynchronous or not isinstance(fn.body, cst.IndentedBlock):
+        raise _Decline("async or a one-line method")
+    for decorator in fn.decorators:
+        called = decorator.decorator.func if isinstance(decorator.decorator, cst.Call) else decorator.decorator
+        scope = lib.scopes.get(called)
+        names = {q.name for q in scope.get_qualified_names_for(called)} if scope is not None else set()
+        if not names or not names <= _NEUTRAL_DECORATORS:
+            raise _Decline("decorated, other than by torch's grad, autocast or TorchScript markers")
     if nodes(fn, (cst.Global, cst.Nonlocal)):
         raise _Decline("global / nonlocal")
     for name in variables(fn):
@@ -542,7 +556,7 @@ def _fix_copy(
     lib_at: int,
 ) -> cst.Module:
     """The user's ``module``, which holds the library method copied into class
-    ``sub`` (its ``def`` on ``first_line``), with the copy fixed by the first
+    ``sub`` (from ``first_line``, decorators first), with the copy fixed by the first
     inner recipe of that safety that rewrites it.
 
     The inner recipes see the user's file as it will be, the method copied
@@ -587,7 +601,7 @@ def _with_subclass(
     needed: list[tuple[str, str | None, str | None]],
 ) -> tuple[cst.Module, int]:
     """The user's module with the subclass above statement ``at``, the construction
-    renamed and the imports added; and the line where the copied ``def`` starts."""
+    renamed and the imports added; and the line where the copied method starts."""
     base = ctx.code(call.func)
     subclass = _subclass(ctx, lib, method, sub, base)
     stmt = ctx.module.body[at]
@@ -621,9 +635,9 @@ def _with_subclass(
 
 def _subclass(ctx: SiteContext, lib: ParsedFile, method: cst.FunctionDef, sub: str, base: str) -> cst.ClassDef:
     """``class <sub>(<base>):`` holding the library's text of ``method``, verbatim."""
-    (first, col), (last, _) = lib.span(method)
+    (first, col), (last, _) = _start(lib, method), lib.span(method)[1]
     lines = lib.source.text.splitlines()[first - 1 : last]
-    if not lines or lines[0][:col].strip() or not lines[0][col:].startswith("def "):
+    if not lines or lines[0][:col].strip() or not lines[0][col:].startswith("@" if method.decorators else "def "):
         raise _Decline("the method does not start its line")
     newline = ctx.module.default_newline
     body = newline.join([f"class {sub}({base}):", *lines]) + newline
@@ -633,6 +647,11 @@ def _subclass(ctx: SiteContext, lib: ParsedFile, method: cst.FunctionDef, sub: s
         raise _Decline("the copied method does not parse alone") from e
     assert isinstance(subclass, cst.ClassDef)
     return subclass
+
+
+def _start(lib: ParsedFile, method: cst.FunctionDef) -> tuple[int, int]:
+    """Where the method's text starts: its first decorator, else its ``def`` (LibCST's span starts there)."""
+    return lib.span(method.decorators[0] if method.decorators else method)[0]
 
 
 def _copied_method(parsed: ParsedFile, sub: str) -> cst.FunctionDef:
@@ -646,7 +665,7 @@ def _copied_method(parsed: ParsedFile, sub: str) -> cst.FunctionDef:
 def _moved_frame(lib: ParsedFile, method: cst.FunctionDef, frame: Frame, source: SourceFile, first_line: int) -> Frame:
     """The library frame, moved to the copy: the text is verbatim, so only the
     line changes, and the columns by the indentation the copy may have gained."""
-    line = frame.line - lib.span(method)[0][0] + first_line
+    line = frame.line - _start(lib, method)[0] + first_line
     lines = source.text.splitlines()
     theirs = lib.lines[frame.line - 1]
     mine = lines[line - 1] if 1 <= line <= len(lines) else ""
@@ -811,10 +830,10 @@ def _with_patch(
 ) -> tuple[cst.Module, int]:
     """The user's module with the patch after its imports: under a check that the
     library's method is the text copied, the subclass, named as the library's class,
-    rebound in each module that constructs it; and the line where the copied ``def`` starts."""
+    rebound in each module that constructs it; and the line where the copied method starts."""
     meth = method.name.value
     lines = io.StringIO(lib.source.text, newline=None).readlines()
-    digest = source_digest(lines, lib.span(method)[0][0])
+    digest = source_digest(lines, _start(lib, method)[0])
     newline = ctx.module.default_newline
     config = ctx.module.config_for_parsing
     head = [f"import {m}" for m in sorted(binds)]
