@@ -32,7 +32,10 @@ helpers, the first preferred:
   Message and category stay the same. The default filters decide on some
   categories by module (``DeprecationWarning`` shows for ``__main__`` only),
   so a stacklevel above 1 is only taken with a builtin category that no
-  default filter names (``UserWarning``, ``FutureWarning``, ...). The line
+  default filter names (``UserWarning``, ``FutureWarning``, ...). In a helper
+  whose ``stacklevel=2`` blames its caller (``deprecate(name, version, msg)``),
+  the warning points at the helper's line instead: same text and category,
+  another file and line on stderr, and one registry entry for all callers. The line
   number is not updated when lines above the call are added or removed later.
 - ``warn-to-leaf``: a ``torch._dynamo.decorators.leaf_function`` that calls
   ``warnings.warn`` with the same message (any expression), category and
