@@ -1170,3 +1170,104 @@ def test_drop_shortcut_declines(case):
 def test_drop_shortcut_is_unsafe_and_general_path_safe():
     assert BranchDropShortcut.safety == "unsafe"
     assert BranchToGeneralPath.safety == "safe"
+
+
+GENERAL_FINITE_CASES = {
+    "nan_to_num under not isfinite().all() (helper)": (
+        """
+        def clean(x):
+            if not torch.isfinite(x).all():
+                x = torch.nan_to_num(x, nan=0.0, posinf=1e4, neginf=-1e4)
+            return x
+        """,
+        "if not torch.isfinite",
+        """
+        def clean(x):
+            x = torch.nan_to_num(x, nan=0.0, posinf=1e4, neginf=-1e4)
+            return x
+        """,
+    ),
+    "method form under self.training": (
+        """
+        class M:
+            def forward(self, h):
+                if self.training and not h.isfinite().all():
+                    h = h.nan_to_num()
+                return h
+        """,
+        "if self.training",
+        """
+        class M:
+            def forward(self, h):
+                if self.training:
+                    h = h.nan_to_num()
+                return h
+        """,
+    ),
+    "isnan or isinf in a flag": (
+        """
+        def f(h):
+            bad = torch.isnan(h).any() or torch.isinf(h).any()
+            if bad:
+                h = torch.nan_to_num(h)
+            return h
+        """,
+        "if bad:",
+        """
+        def f(h):
+            bad = torch.isnan(h).any() or torch.isinf(h).any()
+            h = torch.nan_to_num(h)
+            return h
+        """,
+    ),
+    "conditional expression on a padding flag": (
+        """
+        def f(x, ids):
+            pad = ids.eq(0)
+            has_pad = pad.any()
+            x = x.masked_fill(pad[..., None], 0.0) if has_pad else x
+            return x
+        """,
+        "if has_pad",
+        """
+        def f(x, ids):
+            pad = ids.eq(0)
+            has_pad = pad.any()
+            x = x.masked_fill(pad[..., None], 0.0)
+            return x
+        """,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", GENERAL_FINITE_CASES)
+def test_general_path_finite_and_conditional_expressions(case):
+    source, fragment, expected = GENERAL_FINITE_CASES[case]
+    assert fix(source, BranchToGeneralPath, fragment) == body(expected)
+
+
+GENERAL_FLAG_DECLINES = {
+    # nan_to_num also replaces infinities, which a NaN-only test leaves alone
+    "NaN-only test": "if torch.isnan(x).any():\n        x = torch.nan_to_num(x)",
+    "nan_to_num of another tensor": "if not torch.isfinite(y).all():\n        x = torch.nan_to_num(x)",
+    "a tensor as the nan value": "if not torch.isfinite(x).all():\n        x = torch.nan_to_num(x, nan=y)",
+    "flag read after the tensor changed": "bad = not torch.isfinite(x).all()\n    x = x * 2\n    if bad:\n        x = torch.nan_to_num(x)",
+    "mask input rebound after the flag": "has = (y > 0).any()\n    y = y - 1\n    if has:\n        x = x.masked_fill(y > 0, 0.0)",
+    "flag bound outside the loop": "has = (y > 0).any()\n    for _ in range(2):\n        if has:\n            x = x.masked_fill(y > 0, 0.0)\n        y = y - 1",
+    "flag bound twice": "has = (y > 0).any()\n    has = (y > 1).any()\n    if has:\n        x = x.masked_fill(y > 0, 0.0)",
+    "a where selecting with the mask may change the dtype": "m = y > 0\n    if m.any():\n        x = torch.where(m, 0.5, x)",
+}
+
+
+@pytest.mark.parametrize("case", GENERAL_FLAG_DECLINES)
+def test_general_path_flag_declines(case):
+    source = f"def f(x, y):\n    {GENERAL_FLAG_DECLINES[case]}\n    return x\n"
+    assert fix(source, BranchToGeneralPath, "if ", whole_if=True) is None
+
+
+def test_general_path_takes_a_flag_when_nothing_changes_in_between():
+    # the counterpart of the "mask input rebound after the flag" decline
+    source = "def f(x, y):\n    has = (y > 0).any()\n    z = y - 1\n    if has:\n        x = x.masked_fill(y > 0, 0.0)\n    return x, z\n"
+    assert fix(source, BranchToGeneralPath, "if ", whole_if=True) == body(
+        "def f(x, y):\n    has = (y > 0).any()\n    z = y - 1\n    x = x.masked_fill(y > 0, 0.0)\n    return x, z\n"
+    )

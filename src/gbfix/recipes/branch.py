@@ -970,16 +970,50 @@ def _is_bool(expr: cst.BaseExpression, scope: cst.CSTNode) -> bool:
     return False
 
 
-def _any_of(test: cst.BaseExpression, scope: cst.CSTNode, at: cst.CSTNode, ctx: SiteContext) -> cst.BaseExpression | None:
-    """M when the test is `M.any()` / `torch.any(M)`, or a name bound once to one before the `if`."""
-    if isinstance(test, cst.Name) and bound_before(ctx, test.value, at):
-        value = _single_binding(scope, test.value)
-        return _any_of(value, scope, at, ctx) if isinstance(value, cst.Call) else None
-    if isinstance(test, cst.Call) and not test.args and called(test)[1] == "any" and called(test)[0] is not None:
-        return called(test)[0]
-    if isinstance(test, cst.Call) and _is_torch_call(test) and called(test)[1] == "any" and len(test.args) == 1:
-        return None if test.args[0].keyword or test.args[0].star else test.args[0].value
-    return None
+def _any_of(test: cst.BaseExpression) -> cst.BaseExpression | None:
+    """M when the test is `M.any()` / `torch.any(M)`."""
+    if not isinstance(test, cst.Call) or called(test)[1] != "any":
+        return None
+    if _is_torch_call(test):
+        return test.args[0].value if len(test.args) == 1 and not test.args[0].keyword and not test.args[0].star else None
+    return called(test)[0] if not test.args else None
+
+
+def _bound_names(stmt: cst.CSTNode) -> set[str]:
+    """Names ``stmt`` (re)binds anywhere inside it."""
+    out: set[str] = set()
+    for n in walk(stmt):
+        if isinstance(n, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.NamedExpr, cst.For, cst.CompFor)):
+            out.update(target_names(n.target))
+        elif isinstance(n, cst.AsName):
+            out.update(target_names(n.name))
+    return out
+
+
+def _flag_value(ctx: SiteContext, flag: str, at: cst.CSTNode) -> cst.BaseExpression | None:
+    """The value of `flag = value`, the flag's only binding, when it is an earlier
+    statement of the block holding ``at`` and nothing between them rebinds or
+    mutates what the value reads (it still describes the tensors at ``at``)."""
+    scope = scope_of(ctx, at)
+    value = _single_binding(scope, flag)
+    stmt = at
+    for anc in ctx.ancestors(at):
+        if isinstance(anc, (cst.IndentedBlock, cst.Module)):
+            block = anc
+            break
+        stmt = anc
+    else:
+        return None
+    if value is None:
+        return None
+    body = list(block.body)
+    first = next((i for i, b in enumerate(body) if any(n is value for n in walk(b))), None)
+    if first is None or stmt not in body or first >= body.index(stmt):
+        return None
+    reads = variable_names(value)
+    if any(_bound_names(b) & reads for b in body[first + 1 : body.index(stmt)]):
+        return None
+    return None if any(mutated(scope, n) for n in reads) else value
 
 
 def _from_mask(expr: cst.BaseExpression, mask: cst.BaseExpression) -> bool:
@@ -1062,35 +1096,108 @@ def _ones_when_clear(expr: cst.BaseExpression, target: str, mask: cst.BaseExpres
     return isinstance(m_, cst.Call) and called(m_)[1] == "logical_not" and not m_.args and _from_mask(called(m_)[0], mask)
 
 
+def _finite_check(expr: cst.BaseExpression) -> str | None:
+    """x when ``expr`` holds exactly when x has a NaN or an infinity:
+    `not torch.isfinite(x).all()`, `not x.isfinite().all()`, `(~torch.isfinite(x)).any()`,
+    `torch.isnan(x).any() or torch.isinf(x).any()`."""
+    def tested(call: cst.BaseExpression, *names: str) -> str | None:
+        if isinstance(call, cst.Call) and called(call)[1] in names:
+            recv, _ = called(call)
+            if _is_torch_call(call) and len(call.args) == 1 and not call.args[0].keyword:
+                return name_of(call.args[0].value)
+            return name_of(recv) if recv is not None and not _is_torch_call(call) and not call.args else None
+        return None
+
+    def reduced(call: cst.BaseExpression, how: str) -> cst.BaseExpression | None:
+        if isinstance(call, cst.Call) and called(call)[1] == how and not call.args and called(call)[0] is not None:
+            return _bare(called(call)[0])
+        return None
+
+    expr = _bare(expr)
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+        inner = reduced(expr.expression, "all")
+        return tested(inner, "isfinite") if inner is not None else None
+    inner = reduced(expr, "any")
+    if isinstance(inner, cst.UnaryOperation) and isinstance(inner.operator, cst.BitInvert):
+        return tested(_bare(inner.expression), "isfinite")
+    if isinstance(expr, cst.BooleanOperation) and isinstance(expr.operator, cst.Or):
+        sides = [reduced(side, "any") for side in (expr.left, expr.right)]
+        found = {tested(side, "isnan") for side in sides[:1]} | {tested(side, "isinf") for side in sides[1:]}
+        swapped = {tested(side, "isinf") for side in sides[:1]} | {tested(side, "isnan") for side in sides[1:]}
+        for names in (found, swapped):
+            if len(names) == 1 and None not in names:
+                return names.pop()
+    return None
+
+
+def _nan_to_num_of(value: cst.BaseExpression, target: str) -> bool:
+    """`torch.nan_to_num(target, ...)` / `target.nan_to_num(...)` with number arguments:
+    ``target`` itself, bit for bit and for gradients, when it is all finite."""
+    value = _bare(value)
+    if not isinstance(value, cst.Call) or called(value)[1] != "nan_to_num":
+        return False
+    args = list(value.args)
+    if _is_torch_call(value):
+        if not args or args[0].keyword or name_of(args[0].value) != target:
+            return False
+        args = args[1:]
+    elif name_of(called(value)[0]) != target:
+        return False
+    return all(not a.star and _fill_value(a.value) for a in args)
+
+
 class BranchToGeneralPath(BranchRecipe):
     """`if M.any(): x = x.masked_fill(M, v)` -> `x = x.masked_fill(M, v)`: the general
-    path, which leaves x as it is when the boolean mask M is all False."""
+    path, which leaves x as it is when the boolean mask M is all False; likewise
+    `if not torch.isfinite(x).all(): x = torch.nan_to_num(x)`, and the conditional
+    expression `x.masked_fill(M, v) if M.any() else x`."""
 
     name = "branch-to-general-path"
-    summary = "drop an `if mask.any():` around an update that is the identity for an all-False mask (masked_fill, `x * (1 - mask)`)"
+    summary = "drop an `if mask.any():` / `if not x.isfinite().all():` around an update that is then the identity (masked_fill, `x * (1 - mask)`, nan_to_num)"
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
         found = site_branch(ctx)
-        if found is None or not isinstance(found[0], cst.If) or found[0].orelse is not None:
+        if found is None:
             return None
         node, test = found
-        if test.kind != "and" or _is_elif(ctx, node):
-            return None
-        assign = single(node.body)
-        if assign is None or not m.matches(assign, m.Assign(targets=[m.AssignTarget(target=m.Name())])):
-            return None
-        target, scope = assign.targets[0].target.value, scope_of(ctx, node)
-        mask = _any_of(test.cond, scope, node, ctx)
-        if mask is None or not pure(mask) or not _is_bool(mask, scope):
-            return None
+        scope = scope_of(ctx, node)
+        if isinstance(node, cst.IfExp):
+            if name_of(node.orelse) is None or (test.prefix is not None and test.kind != "and"):
+                return None
+            target, value = node.orelse.value, node.body
+        else:
+            assign = single(node.body)
+            if node.orelse is not None or _is_elif(ctx, node) or (test.prefix is not None and test.kind != "and"):
+                return None
+            if assign is None or not m.matches(assign, m.Assign(targets=[m.AssignTarget(target=m.Name())])):
+                return None
+            target, value = assign.targets[0].target.value, assign.value
         if not bound_before(ctx, target, node) or mutated(scope, target):
             return None  # the general path makes a new tensor where the original kept x itself
-        if not all(bound_before(ctx, n, node) for n in variable_names(assign.value)):
+        if not all(bound_before(ctx, n, node) for n in variable_names(value)):
             return None
-        if not _identity_when_clear(assign.value, target, mask):
+        if not self._identity_when_false(ctx, node, test.cond, value, target):
             return None
-        self._plan = _replace_if(ctx, node, test, assign)
+        if isinstance(node, cst.IfExp):
+            plan = value if test.prefix is None else cst.IfExp(test=test.prefix, body=value, orelse=node.orelse)
+            self._plan = plan.with_changes(lpar=node.lpar, rpar=node.rpar) if node.lpar else plan
+        else:
+            self._plan = _replace_if(ctx, node, test, assign)
         return node
+
+    @staticmethod
+    def _identity_when_false(
+        ctx: SiteContext, at: cst.CSTNode, cond: cst.BaseExpression, value: cst.BaseExpression, target: str
+    ) -> bool:
+        scope = scope_of(ctx, at)
+        if isinstance(cond, cst.Name):  # a flag: `has_pads = M.any()` earlier in the block
+            cond = _flag_value(ctx, cond.value, at)
+            if cond is None:
+                return False
+        if _finite_check(cond) == target:
+            return _nan_to_num_of(value, target)
+        mask = _any_of(cond)
+        return mask is not None and pure(mask) and _is_bool(mask, scope) and _identity_when_clear(value, target, mask)
 
 
 # ---------------------------------------------------------------- if c: x = None / return None
