@@ -10,7 +10,7 @@ import pytest
 
 from gbfix import recipes, rules
 from gbfix.recipes.explicit_break import RemoveGraphBreak, RemoveSkipFrame
-from gbfix.recipes.scalar import ItemToTensor
+from gbfix.recipes.scalar import AssertItemToTensor, ItemToTensor
 from tests.helpers import rewrite_at
 
 RULES = Path(__file__).resolve().parents[2] / "rules"
@@ -295,6 +295,50 @@ def test_loss_normalize_fixture():
     source = (RULES.parent / "tests" / "fixtures" / "realworld" / "loss_normalize" / "losses.py").read_text()
     out = at(source, "(labels != ignore_index).sum().item()")
     assert "    num_tokens = (labels != ignore_index).sum().detach()\n    return loss_sum / num_tokens\n" in out
+
+
+# ---- assert-item-to-tensor ----
+
+
+@pytest.mark.parametrize(
+    "body, read, expected",
+    [
+        ("assert t.max().item() < n, 'out of range'", "t.max().item()", "assert t.max().double() < n, 'out of range'"),
+        ("assert 0 <= t.min().item()", "t.min().item()", "assert 0 <= t.min().double()"),
+        ("assert float(t) != 0.5, 'bad' ' value'", "float(t)", "assert t.double() != 0.5, 'bad' ' value'"),
+        ("assert (x - t).abs().max().item() <= self.tol", "(x - t).abs().max().item()", "assert (x - t).abs().max().double() <= self.tol"),
+        ("assert int(t.long().sum()) == n", "int(t.long().sum())", "assert t.long().sum().double() == n"),
+    ],
+)
+def test_assert_rewrites(body, read, expected):
+    out = at(fn(f"{body}\nreturn x", "self, x: torch.Tensor, t: torch.Tensor, n: int"), read, AssertItemToTensor)
+    assert f"    {expected}\n" in out
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "assert t.max().item() < n, f'{n} too small'",  # Dynamo breaks on a formatted message
+        "assert t.max().item() < n, msg",
+        "assert t.max().item() < x.max()",  # a tensor on the other side: its dtype would count
+        "assert 0 <= t.max().item() < n",  # a chain calls bool() on the first part
+        "assert t.max().item() < n and n > 0",
+        "assert t.max().item() is not None",
+        "assert t.max().item()",  # no comparison
+        "ok = t.max().item() < n\nassert ok",
+        "if t.max().item() < n:\n    raise AssertionError('x')",  # a branch, not an assert
+    ],
+)
+def test_assert_declines(body):
+    src = fn(f"{body}\nreturn x", "self, x: torch.Tensor, t: torch.Tensor, n: int, msg: str")
+    assert at(src, "t.max().item()", AssertItemToTensor) is None
+
+
+def test_assert_recipe_is_unsafe_and_after_item_to_tensor():
+    assert AssertItemToTensor.safety == "unsafe" and AssertItemToTensor.codes == ("GB0124",)
+    assert recipes.candidates("GB0124", unsafe=False).count(AssertItemToTensor) == 0
+    # item-to-tensor leaves the assert alone: a comparison with a number is Python control flow
+    assert at(fn("assert t.max().item() < n\nreturn x", "x: torch.Tensor, t: torch.Tensor, n: int"), "t.max().item()") is None
 
 
 # ---- item-to-tensor: declines ----

@@ -40,7 +40,7 @@ from collections.abc import Iterator
 import libcst as cst
 from libcst.metadata import Assignment, FunctionScope, QualifiedNameSource
 
-from gbfix.recipes.base import Recipe, Replacement, SiteContext
+from gbfix.recipes.base import Decline, Recipe, Replacement, SiteContext
 
 _ARITH = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide, cst.Modulo, cst.Power)
 # Ops where a Python scalar operand and a 0-dim tensor give bitwise the same result for a
@@ -793,4 +793,59 @@ class ItemToTensor(Recipe):
         return out.with_changes(lpar=call.lpar, rpar=call.rpar)
 
 
-RECIPES = (ItemToTensor,)
+class AssertItemToTensor(Recipe):
+    """`assert t.max().item() <= n, "msg"` -> `assert t.max().double() <= n, "msg"`.
+
+    Eager runs it as before: the comparison is exact in float64 (Python compared a float or
+    an int below 2**53 with the number) and `assert` calls bool() on the 0-dim result.
+    Dynamo traces an assert on a tensor as `torch._assert_async`, so a failing check under
+    compile raises RuntimeError (with the same message) instead of AssertionError:
+    unsafe. Only a literal message or none: Dynamo breaks on any other (an f-string
+    message is evaluated from the tensor). `python -O` drops both forms alike.
+    """
+
+    name = "assert-item-to-tensor"
+    codes = ("GB0124",)
+    safety = "unsafe"
+    summary = "assert t.item() <= n, 'msg' -> assert t.double() <= n, 'msg': traced, but a failure under compile raises RuntimeError"
+    rule = "GB0124"
+
+    def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
+        f = _Facts(ctx)
+        read = ItemToTensor._read(ctx, f)
+        if read is None:
+            return None
+        call, self._source, _ = read
+        comparison = f.parent(call)
+        if isinstance(comparison, cst.ComparisonTarget):
+            other, comparison = comparison.comparator, f.parent(comparison)
+            other = comparison.left if comparison.left is not call else other
+        elif isinstance(comparison, cst.Comparison):
+            other = comparison.comparisons[0].comparator
+        else:
+            return None
+        stmt = f.parent(comparison)
+        if not isinstance(stmt, cst.Assert) or stmt.test is not comparison or len(comparison.comparisons) != 1:
+            return None
+        if not isinstance(comparison.comparisons[0].operator, _ELEMENTWISE_COMPARISONS):
+            return None
+        if f.tensor(other):
+            raise Decline("compared with a tensor: the comparison's dtype would change")
+        if stmt.msg is not None and not _literal_string(stmt.msg):
+            raise Decline("the message is not a string literal: Dynamo breaks on it")
+        return call
+
+    def rewrite(self, node: cst.CSTNode) -> Replacement:
+        source = self._source
+        if not isinstance(source, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) and not source.lpar:
+            source = source.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        return cst.Call(cst.Attribute(source, cst.Name("double")), [])
+
+
+def _literal_string(expr: cst.BaseExpression) -> bool:
+    if isinstance(expr, cst.ConcatenatedString):
+        return _literal_string(expr.left) and _literal_string(expr.right)
+    return isinstance(expr, cst.SimpleString)
+
+
+RECIPES = (ItemToTensor, AssertItemToTensor)
