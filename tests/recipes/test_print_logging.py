@@ -589,6 +589,47 @@ def test_warn_op_rewrites(stmt, expected):
     assert f"    {expected.format(line=_line_of(out, '    _gbfix_warn('))}\n" in out
 
 
+WARN_PLACES = """\
+import contextlib
+import warnings
+
+import torch
+
+
+def deprecate(name, version, message):
+    warnings.warn(f"`{name}` is deprecated and will be removed in {version}. {message}", FutureWarning, stacklevel=2)
+
+
+@contextlib.contextmanager
+def legacy_scope(name):
+    warnings.warn(f"legacy_scope({name!r}) is deprecated", DeprecationWarning)
+    yield
+
+
+def chunks(x, n):
+    warnings.warn("chunks() is deprecated, use torch.chunk")
+    for i in range(n):
+        yield x[i]
+"""
+
+
+@pytest.mark.parametrize(
+    "needle, expected",
+    [
+        # a helper of the package: its arguments are known while Dynamo traces each caller
+        ("warnings.warn(f\"`{name}`", '_gbfix_warn(f"`{{name}}` is deprecated and will be removed in {{version}}. {{message}}", "FutureWarning", {line})'),
+        # a context manager and a generator: Dynamo traces both
+        ("warnings.warn(f\"legacy_scope", '_gbfix_warn(f"legacy_scope({{name!r}}) is deprecated", "DeprecationWarning", {line})'),
+        ('warnings.warn("chunks()', '_gbfix_warn("chunks() is deprecated, use torch.chunk", "UserWarning", {line})'),
+    ],
+)
+def test_warn_op_in_helpers_context_managers_and_generators(needle, expected):
+    out = rewrite_line(WARN_PLACES, WarnToOp, needle, "GB0007", capabilities=ALL_CAPABILITIES)
+    assert out is not None
+    call = next(line for line in out.splitlines() if line.startswith("    _gbfix_warn("))
+    assert call == "    " + expected.format(line=_line_of(out, call))
+
+
 def test_warn_op_second_site_keeps_its_line():
     once = rewrite_line(WARN_MODULE.replace("{stmt}", 'warnings.warn("a")\n    warnings.warn("b")'), WarnToOp, 'warnings.warn("a")', "GB0007", capabilities=ALL_CAPABILITIES)
     line = _line_of(once, 'warnings.warn("b")')
