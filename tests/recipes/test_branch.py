@@ -821,7 +821,7 @@ MIXED_CASES = {
     "cond: if/else under a shape test": (
         """
         def f(x, m):
-            if m.any() and x.shape[1] > 0:
+            if m.any() and m.shape[1] > 0:
                 return x + 1
             else:
                 return x * 2
@@ -830,7 +830,7 @@ MIXED_CASES = {
         BranchToCond,
         """
         def f(x, m):
-            if x.shape[1] > 0:
+            if m.shape[1] > 0:
                 return torch.cond(m.any(), lambda: x + 1, lambda: x * 2)
             else:
                 return x * 2
@@ -851,6 +851,9 @@ MIXED_DECLINES = {
     "attribute of an unknown object after the tensor": "if x.sum() > 0 and self.cfg.on:\n        x = x * 2",
     "subscript compared to a name after the tensor": "if x.sum() > 0 and x.shape[0] > n:\n        x = x * 2",
     "two Python-looking operands, no tensor shown": "if flag and n:\n        x = x * 2",
+    # evaluated first, `n.shape` would raise for an n the original never read (None, say)
+    "shape of a name the tensor part does not use": "if x.sum() > 0 and n.shape[1] > 0:\n        x = x * 2",
+    "attribute test of a name the tensor part does not use": "if x.sum() > 0 and not n.requires_grad:\n        x = x * 2",
 }
 
 

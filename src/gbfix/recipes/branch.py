@@ -209,6 +209,37 @@ def static(expr: cst.BaseExpression) -> bool:
     return name_of(expr) in ("True", "False")
 
 
+def _used_as_tensors(expr: cst.BaseExpression) -> set[str]:
+    """Names ``expr`` calls a method on or passes to a torch function."""
+    out: set[str | None] = set()
+    for n in walk(expr):
+        if isinstance(n, cst.Call):
+            recv, _ = called(n)
+            if _is_torch_call(n):
+                out |= {_root(a.value) for a in n.args}
+            elif recv is not None:
+                out.add(_root(recv))
+    return {n for n in out if n is not None}
+
+
+def _safe_early(expr: cst.BaseExpression, tensors: set[str]) -> bool:
+    """A static operand that the rewrite evaluates before a tensor operand the
+    original evaluated first must not raise where the original never read it:
+    it tests plain names against None, reads `self.training`, or reads only
+    names the operands before it used as tensors (`m.any() and m.dim() == 2`:
+    when m is no tensor, the original raised there already)."""
+    if isinstance(expr, cst.UnaryOperation):
+        return _safe_early(expr.expression, tensors)
+    if isinstance(expr, cst.BooleanOperation):
+        return _safe_early(expr.left, tensors) and _safe_early(expr.right, tensors)
+    if isinstance(expr, cst.Comparison) and all(isinstance(c.operator, (cst.Is, cst.IsNot)) for c in expr.comparisons):
+        if all(isinstance(p, cst.Name) for p in (expr.left, *(c.comparator for c in expr.comparisons))):
+            return True
+    if m.matches(expr, m.Attribute(value=m.Name("self"), attr=m.Name("training"))):
+        return True
+    return variable_names(expr) - {"torch", "len", "None", "True", "False"} <= tensors
+
+
 def _tensor_valued(call: cst.Call) -> bool:
     """A call that returns a tensor: a torch function, a reduction, an elementwise map."""
     if _is_torch_call(call):
@@ -275,14 +306,23 @@ def _split_test(if_node: cst.If | cst.IfExp) -> SplitTest | None:
     operand), so operands are told apart by their shape: the leading ones without
     calls were evaluated before any tensor, as in the original (unless all are
     call-free: then the one that is not ``static`` broke); later ones must be
-    ``static``. With one tensor operand left the break proves it is a tensor;
+    ``static`` and ``_safe_early``. With one tensor operand left the break proves it is a tensor;
     with several, each must show it."""
     op = cst.Or if len(operands(if_node.test, cst.Or)) > 1 else cst.And
     ops = operands(if_node.test, op)
-    lead = next((i for i, o in enumerate(ops) if _has_call(o) and not static(o)), len(ops))
-    python = [i for i, o in enumerate(ops) if (i < lead or static(o)) and pure(o)]
+
+    def python_operands(lead: int) -> list[int]:
+        out, seen = [], set()
+        for i, o in enumerate(ops):
+            if pure(o) and (i < lead or (static(o) and _safe_early(o, seen))):
+                out.append(i)
+            else:
+                seen |= _used_as_tensors(o)
+        return out
+
+    python = python_operands(next((i for i, o in enumerate(ops) if _has_call(o) and not static(o)), len(ops)))
     if len(python) == len(ops):  # `if has_pad:`, `if flag and self.training:`: the one non-static operand broke
-        python = [i for i, o in enumerate(ops) if static(o)]
+        python = python_operands(next((i for i, o in enumerate(ops) if not static(o)), len(ops)))
         if len(python) != len(ops) - 1:
             return None
     tensors = [o for i, o in enumerate(ops) if i not in python]
@@ -1150,7 +1190,10 @@ class BranchToGeneralPath(BranchRecipe):
     """`if M.any(): x = x.masked_fill(M, v)` -> `x = x.masked_fill(M, v)`: the general
     path, which leaves x as it is when the boolean mask M is all False; likewise
     `if not torch.isfinite(x).all(): x = torch.nan_to_num(x)`, and the conditional
-    expression `x.masked_fill(M, v) if M.any() else x`."""
+    expression `x.masked_fill(M, v) if M.any() else x`. Values and gradients are
+    the same by construction; the one thing not seen here is a mask that
+    broadcasts x to a larger shape (the original would then change x's shape with
+    the data), which the verifier's comparison of outputs would show."""
 
     name = "branch-to-general-path"
     summary = "drop an `if mask.any():` / `if not x.isfinite().all():` around an update that is then the identity (masked_fill, `x * (1 - mask)`, nan_to_num)"
