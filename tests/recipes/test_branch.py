@@ -1274,3 +1274,25 @@ def test_general_path_takes_a_flag_when_nothing_changes_in_between():
     assert fix(source, BranchToGeneralPath, "if ", whole_if=True) == body(
         "def f(x, y):\n    has = (y > 0).any()\n    z = y - 1\n    x = x.masked_fill(y > 0, 0.0)\n    return x, z\n"
     )
+
+
+def test_general_path_for_a_where_that_fills_nan():
+    source = """
+    def f(x):
+        if torch.any(torch.isnan(x)):
+            x = torch.where(torch.isnan(x), torch.zeros_like(x), x)
+        return x
+    """
+    assert fix(source, BranchToGeneralPath, "if torch.any", whole_if=True) == body(
+        """
+        def f(x):
+            x = torch.where(torch.isnan(x), torch.zeros_like(x), x)
+            return x
+        """
+    )
+    # a Python number as the fill may promote an integer x to float: not the identity
+    assert fix(source.replace("torch.zeros_like(x)", "0.0"), BranchToGeneralPath, "if torch.any", whole_if=True) is None
+    # a fill that depends on another tensor would give it a zero gradient
+    with_y = source.replace("torch.zeros_like(x)", "torch.full_like(x, y)").replace("def f(x)", "def f(x, y)")
+    assert fix(with_y, BranchToGeneralPath, "if torch.any", whole_if=True) is None
+    assert fix(with_y.replace("full_like(x, y)", "full_like(x, -1.0)"), BranchToGeneralPath, "if torch.any", whole_if=True)

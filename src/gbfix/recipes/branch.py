@@ -1087,7 +1087,8 @@ def _fill_value(expr: cst.BaseExpression) -> bool:
 def _identity_when_clear(value: cst.BaseExpression, target: str, mask: cst.BaseExpression) -> bool:
     """``value`` equals ``target`` bit for bit, with the same gradient, when ``mask``
     (a boolean tensor) is all False:
-    `target.masked_fill(m, v)` fills nothing; `target * (1 - m.type_as(target))`
+    `target.masked_fill(m, v)` and `torch.where(m, torch.zeros_like(target), target)`
+    fill nothing; `target * (1 - m.type_as(target))`
     and `target * (~m).type_as(target)` multiply by exact ones (m a view or index of
     ``mask``)."""
     value = _bare(value)
@@ -1100,6 +1101,13 @@ def _identity_when_clear(value: cst.BaseExpression, target: str, mask: cst.BaseE
             recv, args = args[0].value, args[1:]
         if name == "masked_fill" and recv is not None and name_of(recv) == target and len(args) == 2:
             return _from_mask(args[0].value, mask) and pure(args[0].value) and _fill_value(args[1].value)
+        if name == "where" and _is_torch_call(value) and len(args) == 3 and name_of(args[2].value) == target:
+            # `torch.where(m, torch.zeros_like(x), x)`: a fill of x's own dtype, so no promotion
+            fill = args[1].value
+            like = isinstance(fill, cst.Call) and _is_torch_call(fill) and called(fill)[1] in _LIKE and fill.args
+            if not like or name_of(fill.args[0].value) != target or not _args_ok(fill.args[1:], _LIKE[called(fill)[1]]):
+                return False
+            return _from_mask(args[0].value, mask) and pure(args[0].value) and all(_fill_value(a.value) for a in fill.args[1:])
         return False
     if not (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply)):
         return False
