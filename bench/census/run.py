@@ -101,14 +101,14 @@ def package_of(env: str, table: str, name: str) -> str:
     raise KeyError(name)
 
 
-def discover(envs: list[str]) -> list[Prog]:
+def discover(envs: list[str], which: str = "--list") -> list[Prog]:
     progs = []
     for env in envs:
         py = VENVS / env / "bin" / "python"
         if not py.exists():
             sys.exit(f"no venv for {env}: run python bench/census/setup.py first")
         for table in TABLES[env]:
-            out = subprocess.run([str(py), str(PROGRAMS_DIR / f"{table}.py"), "--list"], capture_output=True, text=True,
+            out = subprocess.run([str(py), str(PROGRAMS_DIR / f"{table}.py"), which], capture_output=True, text=True,
                                  env=_env(env), check=True).stdout.split()
             progs += [Prog(env, table, n, package_of(env, table, n)) for n in out]
     return progs
@@ -510,6 +510,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--user-side", action="store_true", help="gbfix may edit only the program's own file")
     ap.add_argument("--unsafe", action="store_true", help="also the unsafe recipes (--unsafe-fixes)")
+    ap.add_argument("--extra", action="store_true", help="also the breaking programs whose sites repeat another's")
+    ap.add_argument("--all", action="store_true", help="every program, also those without a break in the survey")
     ap.add_argument("--table", action="store_true", help="print the table of the stored results; run nothing")
     args = ap.parse_args()
     mode = "user" if args.user_side else "package"
@@ -520,7 +522,7 @@ def main() -> None:
         print(table(results))
         return
     envs = args.env or list(TABLES)
-    progs = discover(envs)
+    progs = discover(envs, "--list-all" if args.all else "--list-extra" if args.extra else "--list")
     if args.only:
         progs = [p for p in progs if p.id in args.only or p.name in args.only]
     if args.package:

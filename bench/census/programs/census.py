@@ -164,15 +164,30 @@ def digest_lines(records) -> list[str]:
     return lines
 
 
-def _available(programs: dict[str, Program]) -> list[str]:
+def _available(programs: dict[str, Program], which: str = "census") -> list[str]:
+    """The programs this environment runs. selection.json (from a TORCH_LOGS=graph_breaks survey of
+    every program) names per environment the `quiet` ones (no break there, or they fail) and the
+    `extra` ones (breaking, but the same sites as another program): `--list` leaves both out,
+    `--list-extra` adds the extra ones, `--list-all` lists everything."""
+    import json
+    from pathlib import Path
+
     env = os.environ.get("CENSUS_ENV", "")
-    return [n for n, p in programs.items() if not p.envs or not env or env in p.envs]
+    names = [n for n, p in programs.items() if not p.envs or not env or env in p.envs]
+    if which == "all":
+        return names
+    sel = json.loads((Path(__file__).with_name("selection.json")).read_text())
+    skip = set(sel["quiet"].get(env, ()))
+    if which == "census":
+        skip |= set(sel["extra"].get(env, ()))
+    return [n for n in names if n not in skip]
 
 
 def main(programs: dict[str, Program]) -> None:
     args = sys.argv[1:]
-    if not args or args[0] == "--list":
-        print("\n".join(_available(programs)))
+    if not args or args[0].startswith("--list"):
+        which = {"--list-all": "all", "--list-extra": "extra"}.get(args[0] if args else "", "census")
+        print("\n".join(_available(programs, which)))
         return
     name = args[0]
     prog = programs[name]

@@ -115,7 +115,7 @@ def _sched_loop(c, sched, steps=4, shape=(1, 4, 8, 8), **kw):
         for run in range(2):
             torch.manual_seed(run)
             sched.set_timesteps(steps)
-            x = torch.randn(shape) * sched.init_noise_sigma
+            x = torch.randn(shape) * getattr(sched, "init_noise_sigma", 1.0)
             for t in sched.timesteps:
                 x = cstep(sched.scale_model_input(x, t), t)
             c.record(f"run{run}", x)
