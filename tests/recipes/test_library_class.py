@@ -382,7 +382,7 @@ class Net(nn.Module):
 SCRIPT = """\
 import torch
 
-from pkg import Net
+from pkg.model import Net
 
 model = torch.compile(Net())
 print(model(torch.randn(2, 8)))  # CALL
@@ -400,17 +400,20 @@ def patch(
     lib_span: str = "print(",
     recipe=LibraryPatch,
     below: tuple[Frame, ...] = (),
+    package: str = "pkg",
 ) -> str | None:
-    """Propose at the script's call marked ``# CALL``, which calls pkg.model.Net
-    (``# OUTER``), which calls pkg.layers.Block (``# BREAK``); the edited script,
+    """Propose at the script's call marked ``# CALL``, which calls <package>.model.Net
+    (``# OUTER``), which calls <package>.layers.Block (``# BREAK``); the edited script,
     or None when the recipe declines."""
-    (tmp_path / "pkg").mkdir()
-    (tmp_path / "pkg" / "__init__.py").write_text("from pkg.model import Net\n")
-    (tmp_path / "pkg" / "helpers.py").write_text("def exists(v):\n    return v is not None\n")
+    folder = tmp_path.joinpath(*package.split("."))
+    folder.mkdir(parents=True)
+    for parent in (folder, *folder.relative_to(tmp_path).parents[:-1]):
+        (tmp_path / parent / "__init__.py").touch()
+    (folder / "helpers.py").write_text("def exists(v):\n    return v is not None\n")
     lib_text = layers.format(body=textwrap.indent(textwrap.dedent(body), "        ").rstrip("\n"))
-    lib_path = (tmp_path / "pkg" / "layers.py").resolve()
+    lib_path = (folder / "layers.py").resolve()
     lib_path.write_text(lib_text)
-    outer_path = (tmp_path / "pkg" / "model.py").resolve()
+    outer_path = (folder / "model.py").resolve()
     outer_path.write_text(outer)
     user = (tmp_path / "run.py").resolve()
     user.write_text(script)
@@ -442,7 +445,7 @@ def test_patch_a_class_the_library_builds(tmp_path):
     assert out == '''\
 import torch
 
-from pkg import Net
+from pkg.model import Net
 
 
 def _gbfix_unchanged(module, qualname, digest):
@@ -580,11 +583,37 @@ def test_a_class_the_library_reads_at_import(tmp_path, layers, outer):
 
 @pytest.mark.parametrize(
     "script",
-    [SCRIPT.replace("from pkg import Net\n", "from pkg import Net\n\npkg = None\n"), SCRIPT + "\n_GbfixFixedBlock = None\n"],
+    [SCRIPT.replace("from pkg.model import Net\n", "from pkg.model import Net\n\npkg = None\n"), SCRIPT + "\n_GbfixFixedBlock = None\n"],
     ids=["package-name", "subclass-name"],
 )
 def test_names_the_script_binds_otherwise(tmp_path, script):
     assert patch(tmp_path, script) is None
+
+
+def test_transformers_docstring_decorators(tmp_path):
+    """transformers 4.x decorates forward with docstring setters imported from its utils (relative)."""
+    layers = ALONE.replace("from .helpers import exists\n", "from .helpers import exists\nfrom ...utils import add_start_docstrings_to_model_forward\n")
+    layers = layers.replace("SCALE = 0.5\n", 'SCALE = 0.5\nDOC = "x: the input"\n').replace(
+        "    def forward(self, x, mask=None):", "    @add_start_docstrings_to_model_forward(DOC)\n    def forward(self, x, mask=None):"
+    )
+    script = SCRIPT.replace("from pkg.model import Net", "from transformers.models.tiny.model import Net")
+    out = patch(tmp_path, script, layers=layers, package="transformers.models.tiny")
+    assert (
+        "    from transformers.models.tiny.layers import (\n"
+        "        DOC,\n"
+        "        SCALE,\n"
+        "        add_start_docstrings_to_model_forward,\n"
+        "        exists,\n"
+        "    )\n"
+    ) in out
+    assert "        @add_start_docstrings_to_model_forward(DOC)\n        def forward(self, x, mask=None):\n" in out
+
+
+def test_a_decorator_of_the_same_name_from_elsewhere(tmp_path):
+    """The name alone is not enough: the package must be transformers."""
+    layers = ALONE.replace("from .helpers import exists\n", "from .helpers import exists\nfrom .utils import add_start_docstrings_to_model_forward\n")
+    layers = layers.replace("    def forward(self, x, mask=None):", "    @add_start_docstrings_to_model_forward\n    def forward(self, x, mask=None):")
+    assert patch(tmp_path, layers=layers) is None
 
 
 def test_engine_patches_a_class_the_library_builds(tmp_path):

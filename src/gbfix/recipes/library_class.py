@@ -142,10 +142,25 @@ _CALL_MACHINERY = frozenset({"_wrapped_call_impl", "_call_impl"})
 _CONTEXTUAL = frozenset({"super", "__class__", "globals", "locals", "vars", "exec", "eval", "__import__"})
 _INTROSPECTION = frozenset({"sys._getframe", "inspect.currentframe", "inspect.stack", "traceback.extract_stack"})
 # Decorators that mean the same on a copy of the method in another class and module
-# (a registry's decorator would register the copy again).
+# (a registry's decorator would register the copy again): torch's grad and autocast
+# modes and TorchScript markers; transformers' decorators that set the docstring
+# (4.x) and its plain wrappers of forward (5.x; not auto_docstring, which reads the
+# module it is applied in).
 _NEUTRAL_DECORATORS = frozenset(
     {"torch.jit.ignore", "torch.jit.unused", "torch.no_grad", "torch.enable_grad", "torch.inference_mode"}
     | {"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast", "torch.cuda.amp.autocast"}
+    | {
+        f"transformers.utils.{module}{name}"
+        for module in ("", "doc.")
+        for name in (
+            "add_start_docstrings",
+            "add_start_docstrings_to_model_forward",
+            "add_end_docstrings",
+            "add_code_sample_docstrings",
+            "replace_return_docstrings",
+        )
+    }
+    | {f"transformers.utils.{module}{name}" for module in ("", "generic.") for name in ("can_return_tuple", "merge_with_config_defaults")}
 )
 _MODULE_DUNDERS = frozenset({"__name__", "__file__", "__spec__", "__package__", "__loader__", "__doc__", "__builtins__", "__path__"})
 
@@ -301,16 +316,16 @@ def _method_at(lib: ParsedFile, frame: Frame) -> tuple[cst.ClassDef, cst.Functio
     raise _Decline("the frame is not in a method of a module-level class")
 
 
-def _check_method(lib: ParsedFile, fn: cst.FunctionDef) -> None:
+def _check_method(lib: ParsedFile, fn: cst.FunctionDef, libmod: str) -> None:
     """What would mean something else in another class or module."""
     if fn.asynchronous or not isinstance(fn.body, cst.IndentedBlock):
         raise _Decline("async or a one-line method")
     for decorator in fn.decorators:
         called = decorator.decorator.func if isinstance(decorator.decorator, cst.Call) else decorator.decorator
         scope = lib.scopes.get(called)
-        names = {q.name for q in scope.get_qualified_names_for(called)} if scope is not None else set()
+        names = {_resolved(lib, libmod, q.name) for q in scope.get_qualified_names_for(called)} if scope else set()
         if not names or not names <= _NEUTRAL_DECORATORS:
-            raise _Decline("decorated, other than by torch's grad, autocast or TorchScript markers")
+            raise _Decline("decorated, other than by torch's grad, autocast or TorchScript markers or a docstring decorator")
     if nodes(fn, (cst.Global, cst.Nonlocal)):
         raise _Decline("global / nonlocal")
     for name in variables(fn):
@@ -328,6 +343,15 @@ def _check_method(lib: ParsedFile, fn: cst.FunctionDef) -> None:
         scope = lib.scopes.get(func)
         if scope is not None and {q.name for q in scope.get_qualified_names_for(func)} & _INTROSPECTION:
             raise _Decline("frame introspection")
+
+
+def _resolved(lib: ParsedFile, libmod: str, qualified: str) -> str:
+    """A qualified name LibCST gives relative to the file's package (``...utils.x``), made absolute."""
+    dots = len(qualified) - len(qualified.lstrip("."))
+    if not dots:
+        return qualified
+    package = libmod.split(".") if lib.source.path.name == "__init__.py" else libmod.split(".")[:-1]
+    return ".".join([*package[: len(package) - dots + 1], qualified[dots:]])
 
 
 def _name_of(node: cst.BaseExpression) -> str | None:
@@ -531,8 +555,8 @@ def _fix(ctx: SiteContext, safety: Safety) -> cst.Module:
     frame = ctx.site.brk.stack[lib_at]
     path, lib = _library(frame)
     owner, method = _method_at(lib, frame)
-    _check_method(lib, method)
     libmod = _module_name(path)
+    _check_method(lib, method, libmod)
     call, cls_name = _construction(ctx, libmod, _subclass_chain(lib, owner, method.name.value))
     at = _top_level(ctx, call)
     _check_base(ctx, call.func, at)
@@ -687,8 +711,8 @@ def _patch(ctx: SiteContext, safety: Safety) -> cst.Module:
     if user_at is None:
         raise _Decline("the site's frame is not in the stack")
     lib_at, path, lib, owner, method = _innermost_method(stack, user_at)
-    _check_method(lib, method)
     libmod = _module_name(path)
+    _check_method(lib, method, libmod)
     name = owner.name.value
     binds = {libmod: (lib, name), **_importers(stack[user_at + 1 : lib_at], libmod, name)}
     for mod, (parsed, local) in binds.items():
@@ -843,7 +867,11 @@ def _with_patch(
             head.append(f"import {mod}" + (f" as {asname}" if asname else ""))
         else:
             froms.setdefault(mod, []).append(obj + (f" as {asname}" if asname else ""))
-    head += [f"from {mod} import {', '.join(names)}" for mod, names in froms.items()]
+    for mod, names in froms.items():
+        line = f"from {mod} import {', '.join(names)}"
+        if len(line) > 84:  # 88 columns with the guard's indentation
+            line = f"from {mod} import ({newline}" + "".join(f"    {n},{newline}" for n in names) + ")"
+        head.append(line)
     targets = " = ".join(f"{m}.{local}" for m, (_, local) in binds.items())
     tail = [f'{sub}.__module__ = "{libmod}"', f'{sub}.__name__ = {sub}.__qualname__ = "{name}"', f"{targets} = {sub}"]
     why = "# named as the library's class, so that print(model) and pickles do not change"
