@@ -1,4 +1,4 @@
-"""Static tests (no torch) of sorted-range-to-argsort and pick-by-key (sorting) and
+"""Static tests (no torch) of sorted-range-to-argsort, sort-by-key and pick-by-key (sorting) and
 deepcopy-container-to-clones (copying): the rules/ examples, variants, and the
 cases each must decline; and the pick helpers run against the builtins."""
 
@@ -16,7 +16,7 @@ from gbfix import rules
 from gbfix.records import Break, Cause, Frame, Site
 from gbfix.recipes.copying import DeepcopyContainerToClones, DeepcopyToClone
 from gbfix.recipes import sorting
-from gbfix.recipes.sorting import PickByKey, SortedRangeToArgsort
+from gbfix.recipes.sorting import PickByKey, SortByKey, SortedRangeToArgsort
 from tests.helpers import rewrite_at
 
 RULES = Path(__file__).resolve().parents[2] / "rules"
@@ -42,12 +42,16 @@ def changed(before: str, after: str | None) -> list[str]:
 
 def test_gb0207_rule_examples():
     examples = rules.parse(RULES / "GB0207.md")
-    assert [ex.after is None for ex in examples] == [False, True]
-    fixed, kept = examples
+    assert [ex.after is None for ex in examples] == [False, False, True]
+    fixed, tensors, kept = examples
     needle = "sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)"
     assert at(fixed.before, needle, SortedRangeToArgsort, "GB0207") == fixed.after
+    assert at(fixed.before, needle, SortByKey, "GB0207") is None
+    needle = "outs.sort(key=lambda o: o.amax(), reverse=True)"
+    assert at(tensors.before, needle, SortByKey, "GB0207") == tensors.after
     needle = "sorted(best, key=lambda h: h.score, reverse=True)"
-    assert at(kept.before, needle, SortedRangeToArgsort, "GB0207") is None
+    for recipe in (SortedRangeToArgsort, SortByKey):
+        assert at(kept.before, needle, recipe, "GB0207") is None
 
 
 SORT = """
@@ -145,6 +149,102 @@ def test_sort_declines_list_sort_a_shadowed_sorted_and_module_level_code():
     assert sort("sorted(range(n), key=lambda i: t[i])", src) is None
     src = "import torch\nt = torch.ones(3)\norder = sorted(range(3), key=lambda i: t[i])\ny = t[order]\n"
     assert at(src, "sorted(range(3), key=lambda i: t[i])", SortedRangeToArgsort, "GB0207") is None
+
+
+# ---- sort-by-key -----------------------------------------------------------------
+
+
+def sort_by_key(body: str, needle: str) -> list[str] | None:
+    src = textwrap.dedent(PICK).replace("{body}", body.replace("\n", "\n        "))
+    out = at(src, needle, SortByKey, "GB0207")
+    if out is None:
+        return None
+    assert "def _gbfix_pickable(xs):" in out and "def _gbfix_sorted_by_key(xs, key, reverse=False):" in out
+    ast.parse(out)
+    helpers = {line.strip() for line in (sorting._PICKABLE_CODE + sorting._SORTED_CODE).splitlines()}
+    return [line for line in changed(src, out) if line not in helpers]
+
+
+FAST = "_gbfix_sorted_by_key"
+
+
+@pytest.mark.parametrize(
+    "body, needle, expected",
+    [
+        (  # sorted, a lambda key, stacked
+            "return torch.stack(sorted(xs, key=lambda t: t.sum()))",
+            "sorted(xs, key=lambda t: t.sum())",
+            [f"return torch.stack(({FAST}(xs, key=lambda t: t.sum()) if _gbfix_pickable(xs) else sorted(xs, key=lambda t: t.sum())))"],
+        ),
+        (  # a named key, reversed, the first element read
+            "return x * sorted(self.cands, key=score, reverse=True)[0]",
+            "sorted(self.cands, key=score, reverse=True)",
+            [f"return x * ({FAST}(self.cands, key=score, reverse=True) if _gbfix_pickable(self.cands) else sorted(self.cands, key=score, reverse=True))[0]"],
+        ),
+        (  # in a local: sliced into torch.cat, its length
+            "ranked = sorted(xs, key=score)\nreturn torch.cat(ranked[:2]) / len(ranked)",
+            "sorted(xs, key=score)",
+            [f"ranked = ({FAST}(xs, key=score) if _gbfix_pickable(xs) else sorted(xs, key=score))"],
+        ),
+        (  # list.sort of a comprehension
+            "ys = [x * i for i in range(3)]\nys.sort(key=lambda t: -t.norm())\nreturn torch.stack(ys)",
+            "ys.sort(key=lambda t: -t.norm())",
+            ["if _gbfix_pickable(ys):", f"ys[:] = {FAST}(ys, key=lambda t: -t.norm())", "else:", "ys.sort(key=lambda t: -t.norm())"],
+        ),
+        (  # list.sort of list(...), read before and after
+            "ys = list(xs)\nlo = ys[0].sum()\nys.sort(key=score, reverse=True)\nreturn ys[0] + ys[-1] + lo",
+            "ys.sort(key=score, reverse=True)",
+            ["if _gbfix_pickable(ys):", f"ys[:] = {FAST}(ys, key=score, reverse=True)", "else:", "ys.sort(key=score, reverse=True)"],
+        ),
+    ],
+)
+def test_sort_by_key_rewrites(body, needle, expected):
+    assert sort_by_key(body, needle) == expected
+
+
+@pytest.mark.parametrize(
+    "body, needle",
+    [
+        ("return sorted(xs, key=score)", "sorted(xs, key=score)"),  # returned: the caller gets copies
+        ("ys = sorted(xs, key=score)\nfor y in ys:\n    x = x + y\nreturn x", "sorted(xs, key=score)"),  # iterated
+        ("ys = sorted(xs, key=score)\nys.append(x)\nreturn torch.stack(ys)", "sorted(xs, key=score)"),
+        ("ys = sorted(xs, key=score)\nys[0].add_(1)\nreturn torch.stack(ys)", "sorted(xs, key=score)"),
+        ("self.ranked = sorted(xs, key=score)\nreturn x", "sorted(xs, key=score)"),
+        ("return torch.stack(sorted(list(xs), key=score))", "sorted(list(xs), key=score)"),  # read twice
+        ("return torch.stack(sorted(xs))", "sorted(xs)"),  # no key
+        ("return x[sorted(range(len(xs)), key=lambda i: xs[i].sum())]", "sorted(range(len(xs)), key=lambda i: xs[i].sum())"),
+        ("xs.sort(key=score)\nreturn torch.stack(xs)", "xs.sort(key=score)"),  # the caller's list
+        ("ys = [x, x * 2]\nys.sort(key=score)\nreturn ys", "ys.sort(key=score)"),  # returned
+        ("ys = [x, x * 2]\nys.sort(key=score)\nys.append(x)\nreturn torch.stack(ys)", "ys.sort(key=score)"),
+        ("ys = [x, x * 2]\nzs = ys\nys.sort(key=score)\nreturn zs", "ys.sort(key=score)"),  # an alias returned
+        ("ys = [x, x * 2]\nys.sort(key=score); x = x + 1\nreturn torch.stack(ys)", "ys.sort(key=score)"),
+        ("ys = sorted(xs, key=score, cmp=None)\nreturn ys[0]", "sorted(xs, key=score, cmp=None)"),
+    ],
+)
+def test_sort_by_key_declines(body, needle):
+    assert sort_by_key(body, needle) is None
+
+
+def test_sorted_helper_agrees_with_the_builtin():
+    """Ties, +-inf and -0.0 keys in float32, float16, int64 and as Python floats, both
+    directions: the same tensors in the same order (the same objects for Python keys)."""
+    import random
+
+    h = _pick_helpers()
+    torch = h.torch
+    rng = random.Random(1)
+    pool = [0.0, 1.0, -1.0, float("inf"), float("-inf"), -0.0, 2.0]
+    for _ in range(400):
+        n = rng.randint(1, 8)
+        kind = rng.choice([torch.float32, torch.float16, torch.int64, None])
+        values = [float(rng.randint(-2, 2)) if kind is torch.int64 else rng.choice(pool) for _ in range(n)]
+        xs = [torch.full((2,), float(i)) for i in range(n)]
+        keys = {id(x): v if kind is None else torch.tensor(v, dtype=kind) for x, v in zip(xs, values)}
+        for reverse in (False, True):
+            want = sorted(xs, key=lambda x: keys[id(x)], reverse=reverse)
+            got = h.sorted(xs, key=lambda x: keys[id(x)], reverse=reverse)
+            assert [int(t[0]) for t in got] == [int(t[0]) for t in want], (kind, values, reverse)
+            assert all((a is b) == (kind is None) for a, b in zip(got, want))
 
 
 # ---- pick-by-key -----------------------------------------------------------------
@@ -255,11 +355,13 @@ def test_pick_declines_a_shadowed_builtin_and_a_taken_helper_name():
 
 
 def _pick_helpers() -> types.SimpleNamespace:
-    """The two helpers as the recipe writes them, defined for a run."""
+    """The helpers as the recipes write them, defined for a run."""
     torch = pytest.importorskip("torch")
     space: dict = {"torch": torch}
-    exec(sorting._PICKABLE_CODE + "\n" + sorting._PICK_CODE, space)
-    return types.SimpleNamespace(torch=torch, pickable=space["_gbfix_pickable"], pick=space["_gbfix_pick_by_key"])
+    exec(sorting._PICKABLE_CODE + "\n" + sorting._PICK_CODE + "\n" + sorting._SORTED_CODE, space)
+    return types.SimpleNamespace(
+        torch=torch, pickable=space["_gbfix_pickable"], pick=space["_gbfix_pick_by_key"], sorted=space["_gbfix_sorted_by_key"]
+    )
 
 
 def test_pick_helpers_agree_with_the_builtins():

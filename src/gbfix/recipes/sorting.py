@@ -22,12 +22,29 @@ sort at all.
 Declined: the result used as anything but an index (iterated, sliced,
 returned, compared, passed on: a tensor is not a list of ints there, and
 ``.tolist()`` would break again with GB0033), keys other than ``t[i]`` /
-``-t[i]`` / ``t.__getitem__``, ``list.sort`` (it reorders a list in place) and
-any sort of objects or tensors by a tensor key: putting Python objects in a
-data-dependent order needs concrete ints, and indexing a list with a traced
-index breaks again (GB0124; with ``capture_scalar_outputs`` the run fails
-on a data-dependent guard). SymInt keys (sorting by shapes that turned dynamic)
-have no tensor to argsort.
+``-t[i]`` / ``t.__getitem__``, and sorts of anything but ``range``. Putting
+Python objects in a data-dependent order needs concrete ints, and indexing a
+list with a traced index breaks again (GB0124; with ``capture_scalar_outputs``
+the run fails on a data-dependent guard). SymInt keys (sorting by shapes that
+turned dynamic) have no tensor to argsort.
+
+``sort-by-key`` (safe) sorts tensors themselves, when the sorted list is only
+read (its length, its elements only read, slices of it, the first argument of
+``torch.stack``/``torch.cat``)::
+
+    top = torch.stack(sorted(xs, key=f, reverse=True)[:k])
+    ->
+    top = torch.stack((_gbfix_sorted_by_key(xs, key=f, reverse=True) if _gbfix_pickable(xs) else sorted(xs, key=f, reverse=True))[:k])
+
+and ``xs.sort(key=f)`` of a list the function made (a display, a
+comprehension, ``list(...)``) whose other uses only read it, as
+``if _gbfix_pickable(xs): xs[:] = _gbfix_sorted_by_key(xs, key=f) else:
+xs.sort(key=f)``. ``_gbfix_pickable`` is pick-by-key's (below): the sorted
+tensors are copies, rows of ``torch.stack(xs)`` put in the order of a stable
+argsort of the stacked keys, which is Python's order, ties and ``reverse``
+included, as above; keys that are Python numbers are sorted by Python. NaN
+keys again are the one difference. Lists of objects (beam hypotheses) run the
+builtin, which still breaks on that line.
 
 GB0193: ``max(xs, key=f)`` / ``min(xs, key=f)``: Dynamo's builtin max and min
 take no ``key`` (an invalid call to the builtin's handler). ``pick-by-key``
@@ -252,6 +269,23 @@ def _gbfix_pick_by_key(pick, xs, key):
     return torch.stack(xs)[best.reshape(1)][0]
 '''
 
+_SORTED = "_gbfix_sorted_by_key"
+_SORTED_CODE = '''\
+def _gbfix_sorted_by_key(xs, key, reverse=False):
+    # Added by gbfix: sorted(xs, key=key, reverse=reverse) in tensor ops that
+    # torch.compile keeps in its graph, for xs that passed _gbfix_pickable: copies of
+    # the tensors, in Python's order. Python's sort is stable, reversed too (equal
+    # keys keep their order), as a stable argsort is; the key is called once per
+    # element in order. Keys that are Python numbers are sorted as Python does.
+    keys = [key(x) for x in xs]
+    if not all(isinstance(k, torch.Tensor) and k.numel() == 1 for k in keys):
+        return [xs[i] for i in sorted(range(len(xs)), key=keys.__getitem__, reverse=reverse)]
+    order = torch.argsort(torch.stack([k.reshape(()) for k in keys]), stable=True, descending=reverse)
+    return list(torch.stack(xs)[order].unbind(0))
+'''
+# torch functions that copy the tensors of a list argument into a new one.
+_COPYING = frozenset("stack cat concat concatenate vstack hstack dstack row_stack column_stack".split())
+
 # Tensor methods and torch functions whose result may share memory with their input:
 # what is done to their result is done to it.
 _ALIASING = frozenset(
@@ -290,15 +324,51 @@ def _only_read(ctx: SiteContext, node: cst.BaseExpression) -> bool:
         return isinstance(display, (cst.List, cst.Tuple)) and _torch_argument(ctx, display)
     if isinstance(up, cst.Arg):
         return _torch_argument(ctx, node)
-    if isinstance(up, cst.Assign) and up.value is node and len(up.targets) == 1:
-        target = up.targets[0].target
-        scope = ctx.file.scopes.get(target) if isinstance(target, cst.Name) else None
-        if not isinstance(scope, FunctionScope) or len(scope.assignments[target.value]) != 1:
-            return False
-        (assignment,) = scope.assignments[target.value]
-        refs = [ref.node for ref in assignment.references]
-        return bool(refs) and all(isinstance(r, cst.Name) and _only_read(ctx, r) for r in refs)
+    if isinstance(up, cst.Assign) and up.value is node:
+        refs = _local_uses(ctx, up)
+        return refs is not None and bool(refs) and all(_only_read(ctx, r) for r in refs)
     return False
+
+
+def _list_read(ctx: SiteContext, node: cst.BaseExpression) -> bool:
+    """The list ``node`` evaluates to is only read: its length, its elements (each only
+    read, see ``_only_read``), slices of it (recursively), the first argument of a torch
+    function that copies its tensors (``torch.stack``, ``torch.cat``), or through a local
+    bound once whose every use is such a read."""
+    up = ctx.file.parent(node)
+    if isinstance(up, cst.Arg) and up.value is node and up.keyword is None and not up.star:
+        call = ctx.file.parent(up)
+        names = qualified_names(ctx, call.func)
+        if names == {"builtins.len"}:
+            return True
+        name = next(iter(names)) if len(names) == 1 else ""
+        kwargs = _kwargs(call)
+        return (
+            name.startswith("torch.") and name.rpartition(".")[2] in _COPYING
+            and call.args[0] is up and kwargs is not None and "out" not in kwargs
+        )
+    if isinstance(up, cst.Subscript) and up.value is node and len(up.slice) == 1:
+        if isinstance(ctx.file.parent(up), (cst.AssignTarget, cst.AugAssign, cst.Del)):
+            return False
+        index = up.slice[0].slice
+        return _only_read(ctx, up) if isinstance(index, cst.Index) else _list_read(ctx, up)
+    if isinstance(up, cst.Assign) and up.value is node:
+        refs = _local_uses(ctx, up)
+        return refs is not None and bool(refs) and all(_list_read(ctx, r) for r in refs)
+    return False
+
+
+def _local_uses(ctx: SiteContext, assign: cst.Assign) -> list[cst.Name] | None:
+    """The reads of the local that ``assign`` binds, when that is the name's only binding."""
+    if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
+        return None
+    target = assign.targets[0].target
+    scope = ctx.file.scopes.get(target)
+    if not isinstance(scope, FunctionScope) or len(scope.assignments[target.value]) != 1:
+        return None
+    (assignment,) = scope.assignments[target.value]
+    refs = [ref.node for ref in assignment.references]
+    return refs if all(isinstance(r, cst.Name) for r in refs) else None
 
 
 def _torch_argument(ctx: SiteContext, node: cst.BaseExpression) -> bool:
@@ -335,9 +405,8 @@ class PickByKey(Recipe):
             return None  # several positional arguments compare those; `default=` has no tensor form
         if not _reference(positional[0].value):
             raise Decline("the iterable is not a name: it would be evaluated twice")
-        for helper in (_PICKABLE, _PICK):
-            if any(not isinstance(n, cst.FunctionDef) for n in global_bindings(ctx, helper)):
-                raise Decline(f"the module binds `{helper}` to something else")
+        if any(_taken(ctx, helper) for helper in (_PICKABLE, _PICK)):
+            raise Decline("the module binds a helper's name to something else")
         if not _only_read(ctx, call):
             raise Decline("the picked tensor is not only read: a copy of it would show")
         return call
@@ -349,14 +418,103 @@ class PickByKey(Recipe):
         self.need_helper(_PICK, _PICK_CODE)
         bare = node.with_changes(lpar=[], rpar=[])
         xs = next(a.value for a in node.args if a.keyword is None)
-        space = cst.SimpleWhitespace(" ")
-        pick = cst.Arg(bare.func, comma=cst.Comma(whitespace_after=space))
-        picked = bare.with_changes(func=cst.Name(_PICK), args=[pick, *bare.args])
-        test = cst.Call(cst.Name(_PICKABLE), [cst.Arg(xs)])
-        return cst.IfExp(
-            test=test, body=picked, orelse=bare, lpar=[cst.LeftParen()], rpar=[cst.RightParen()],
-            whitespace_before_if=space, whitespace_after_if=space, whitespace_before_else=space, whitespace_after_else=space,
+        pick = cst.Arg(bare.func, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        return _if_pickable(xs, bare.with_changes(func=cst.Name(_PICK), args=[pick, *bare.args]), bare)
+
+
+class SortByKey(Recipe):
+    name = "sort-by-key"
+    codes = ("GB0207",)
+    safety = "safe"
+    summary = "sorted(xs, key=f) / xs.sort(key=f) over same-shape tensors, only read -> a stable argsort of the stacked keys"
+    rule = "GB0207"
+
+    def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
+        call = call_at(ctx)
+        if call is None:
+            return None
+        kwargs = _kwargs(call)
+        positional = [a for a in call.args if a.keyword is None]
+        if kwargs is None or "key" not in kwargs or set(kwargs) - {"key", "reverse"}:
+            return None
+        if qualified_names(ctx, call.func) == {"builtins.sorted"} and len(positional) == 1:
+            xs = positional[0].value
+            if isinstance(xs, cst.Call) and qualified_names(ctx, xs.func) == {"builtins.range"}:
+                return None  # indices: sorted-range-to-argsort's
+            if not _reference(xs):
+                raise Decline("the iterable is not a name: it would be evaluated twice")
+            if not _list_read(ctx, call):
+                raise Decline("the sorted list is not only read: copies of its tensors would show")
+            self._in_place = None
+            node: cst.CSTNode = call
+        elif isinstance(call.func, cst.Attribute) and call.func.attr.value == "sort" and not positional:
+            node = self._list_sort(ctx, call)
+        else:
+            return None
+        if any(_taken(ctx, helper) for helper in (_PICKABLE, _SORTED)):
+            raise Decline("the module binds a helper's name to something else")
+        return node
+
+    def _list_sort(self, ctx: SiteContext, call: cst.Call) -> cst.CSTNode:
+        """``xs.sort(key=f)``, a statement of its own, of a list the function made and whose
+        other uses only read it: nobody else sees its elements replaced by copies."""
+        xs, expr = call.func.value, ctx.file.parent(call)
+        stmt = ctx.file.parent(expr)
+        if not (isinstance(xs, cst.Name) and isinstance(expr, cst.Expr) and len(stmt.body) == 1):
+            raise Decline("not `name.sort(...)` as a statement of its own")
+        scope = ctx.file.scopes.get(xs)
+        bound = scope.assignments[xs.value] if isinstance(scope, FunctionScope) else ()
+        if len(bound) != 1:
+            raise Decline(f"`{xs.value}` is not a local bound once")
+        (assignment,) = bound
+        made = ctx.file.parent(ctx.file.parent(assignment.node))
+        value = made.value if isinstance(made, cst.Assign) else None
+        fresh = isinstance(value, (cst.List, cst.ListComp)) or (
+            isinstance(value, cst.Call) and qualified_names(ctx, value.func) == {"builtins.list"}
+        )
+        if not fresh:
+            raise Decline(f"`{xs.value}` may be a list others hold: they would see copies")
+        others = [r.node for r in assignment.references if r.node is not xs]
+        if not all(isinstance(r, cst.Name) and _list_read(ctx, r) for r in others):
+            raise Decline(f"`{xs.value}` is not only read: copies of its tensors would show")
+        self._in_place = xs
+        return stmt
+
+    def rewrite(self, node: cst.CSTNode) -> Replacement:
+        self.need_import("torch")
+        self.need_helper(_PICKABLE, _PICKABLE_CODE)
+        self.need_helper(_SORTED, _SORTED_CODE)
+        if self._in_place is None:  # sorted(xs, ...)
+            assert isinstance(node, cst.Call)
+            bare = node.with_changes(lpar=[], rpar=[])
+            xs = next(a.value for a in node.args if a.keyword is None)
+            return _if_pickable(xs, bare.with_changes(func=cst.Name(_SORTED)), bare)
+        assert isinstance(node, cst.SimpleStatementLine)  # xs.sort(...): the builtin stays in the else
+        xs, args = self._in_place, node.body[0].value.args
+        comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        everything = cst.Subscript(xs, [cst.SubscriptElement(cst.Slice(lower=None, upper=None))])
+        sort = cst.Call(cst.Name(_SORTED), [cst.Arg(xs, comma=comma), *args])
+        return cst.If(
+            test=cst.Call(cst.Name(_PICKABLE), [cst.Arg(xs)]),
+            body=cst.IndentedBlock([cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(everything)], sort)])]),
+            orelse=cst.Else(cst.IndentedBlock([node.with_changes(leading_lines=[])])),
+            leading_lines=node.leading_lines,
         )
 
 
-RECIPES = (SortedRangeToArgsort, PickByKey)
+def _taken(ctx: SiteContext, helper: str) -> bool:
+    """The module binds ``helper`` to something else than a function (gbfix's)."""
+    return any(not isinstance(n, cst.FunctionDef) for n in global_bindings(ctx, helper))
+
+
+def _if_pickable(xs: cst.BaseExpression, fast: cst.BaseExpression, builtin: cst.BaseExpression) -> cst.IfExp:
+    """``(fast if _gbfix_pickable(xs) else builtin)``: the builtin, unchanged, for anything else."""
+    space = cst.SimpleWhitespace(" ")
+    return cst.IfExp(
+        test=cst.Call(cst.Name(_PICKABLE), [cst.Arg(xs)]), body=fast, orelse=builtin,
+        lpar=[cst.LeftParen()], rpar=[cst.RightParen()],
+        whitespace_before_if=space, whitespace_after_if=space, whitespace_before_else=space, whitespace_after_else=space,
+    )
+
+
+RECIPES = (SortedRangeToArgsort, SortByKey, PickByKey)
