@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from gbfix.recipes.branch import RECIPES, BranchDropShortcut, BranchToCheck, BranchToCond, BranchToGeneralPath, BranchToWhere
+from gbfix.recipes.branch import (
+    RECIPES,
+    BranchDropShortcut,
+    BranchToCheck,
+    BranchToCond,
+    BranchToGeneralPath,
+    BranchToWhere,
+    BranchToWhereUnchecked,
+)
 from tests.helpers import ALL_CAPABILITIES, rewrite_at
 
 RULE = Path(__file__).resolve().parents[2] / "rules" / "GB0170.md"
@@ -1296,3 +1304,92 @@ def test_general_path_for_a_where_that_fills_nan():
     with_y = source.replace("torch.zeros_like(x)", "torch.full_like(x, y)").replace("def f(x)", "def f(x, y)")
     assert fix(with_y, BranchToGeneralPath, "if torch.any", whole_if=True) is None
     assert fix(with_y.replace("full_like(x, y)", "full_like(x, -1.0)"), BranchToGeneralPath, "if torch.any", whole_if=True)
+
+
+# ---------------------------------------------------------------- branch-to-where-broadcast (unsafe)
+
+UNCHECKED_CASES = {
+    "MoE accumulation in a loop (helper)": (
+        """
+        def combine(x, top, probs):
+            out = torch.zeros_like(x)
+            for e in range(4):
+                sel = top == e
+                if sel.any():
+                    out = out + x * sel.unsqueeze(-1).to(x.dtype) * probs[..., e : e + 1]
+            return out
+        """,
+        "sel.any()",
+        """
+        def combine(x, top, probs):
+            out = torch.zeros_like(x)
+            for e in range(4):
+                sel = top == e
+                out = torch.where(
+                    sel.any(),
+                    out + x * sel.unsqueeze(-1).to(x.dtype) * probs[..., e : e + 1],
+                    out,
+                )
+            return out
+        """,
+    ),
+    "a projection under self.training (method)": (
+        """
+        class M:
+            def forward(self, x, w):
+                if self.training and x.abs().amax() > 1:
+                    x = x @ w
+                return x
+        """,
+        "self.training and",
+        """
+        class M:
+            def forward(self, x, w):
+                if self.training:
+                    x = torch.where(x.abs().amax() > 1, x @ w, x)
+                return x
+        """,
+    ),
+    "if/else of two different expressions": (
+        """
+        def f(h, gate):
+            if gate.mean() > 0.5:
+                y = h.softmax(-1)
+            else:
+                y = h.sum(-1, keepdim=True)
+            return y
+        """,
+        "gate.mean() > 0.5",
+        """
+        def f(h, gate):
+            y = torch.where(gate.mean() > 0.5, h.softmax(-1), h.sum(-1, keepdim=True))
+            return y
+        """,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", UNCHECKED_CASES)
+def test_where_broadcast(case):
+    source, fragment, expected = UNCHECKED_CASES[case]
+    assert fix(source, BranchToWhere, fragment) is None  # shapes not shown to agree: not the safe recipe
+    assert fix(source, BranchToWhereUnchecked, fragment) == body(expected)
+
+
+UNCHECKED_DECLINES = {
+    "already the safe recipe's": "if x.sum() > 0:\n        x = x.clamp(-1, 1)",
+    "log on the unselected arm": "if x.min() > 0:\n        x = x @ w.log()",
+    "exp on the unselected arm": "if x.max() < 10:\n        x = x @ w.exp()",
+    "division by data": "if x.max() > 0:\n        x = (x @ w) / x.max()",
+    "a submodule call": "if x.max() > 0:\n        x = self.proj(x)",
+}
+
+
+@pytest.mark.parametrize("case", UNCHECKED_DECLINES)
+def test_where_broadcast_declines(case):
+    source = f"def f(self, x, w):\n    {UNCHECKED_DECLINES[case]}\n    return x\n"
+    assert fix(source, BranchToWhereUnchecked, "if ", whole_if=True) is None
+
+
+def test_where_broadcast_is_unsafe():
+    assert BranchToWhereUnchecked.safety == "unsafe"

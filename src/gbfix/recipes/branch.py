@@ -733,19 +733,46 @@ def _same_constructor(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
 
 
 def _where_ok(
-    ctx: SiteContext, at: cst.CSTNode, a: cst.BaseExpression, b: cst.BaseExpression, temps: Set[str] = frozenset()
+    ctx: SiteContext,
+    at: cst.CSTNode,
+    a: cst.BaseExpression,
+    b: cst.BaseExpression,
+    temps: Set[str] = frozenset(),
+    proven: bool = True,
 ) -> bool:
     """Both arms of `torch.where(cond, a, b)` are evaluated, broadcast and promoted:
     they must be pure, bound (before ``at``, or as ``temps`` of the arm), and of
-    one tensor's shape and dtype."""
+    one tensor's shape and dtype (``proven``; else only free of singular gradients)."""
     if not (pure(a) and pure(b)):
         return False
     scope = scope_of(ctx, at)
-    if not (_same_constructor(a, b) or any(tensor_evidence(root, scope) for root in _like(a) & _like(b))):
+    if proven and not (_same_constructor(a, b) or any(tensor_evidence(root, scope) for root in _like(a) & _like(b))):
+        return False
+    if not proven and not (_grad_safe(a) and _grad_safe(b)):
         return False
     if not all(n in temps or bound_before(ctx, n, at) for n in variable_names(a) | variable_names(b)):
         return False
     return not any(mutated(scope, n) for n in (name_of(a), name_of(b)) if n)
+
+
+# Calls whose derivative is finite everywhere: on torch.where's unselected arm a zero
+# gradient times theirs stays zero (not log, sqrt, exp, norm, division by data).
+_GRAD_SAFE_CALLS = (
+    frozenset(_ELEMENTWISE) | frozenset(_LIKE) | _VIEWS | _BOOL_CALLS
+    | frozenset("sum mean max min amax amin nansum softmax where zeros ones full matmul".split())
+)
+
+
+def _grad_safe(expr: cst.BaseExpression) -> bool:
+    """No operation in ``expr`` has a singular derivative."""
+    for n in walk(expr):
+        if isinstance(n, (cst.Lambda, cst.ListComp, cst.GeneratorExp, cst.DictComp, cst.SetComp)):
+            return False
+        if isinstance(n, cst.BinaryOperation) and not (_safe_operator(n) or isinstance(n.operator, cst.MatrixMultiply)):
+            return False
+        if isinstance(n, cst.Call) and called(n)[1] not in _GRAD_SAFE_CALLS:
+            return False
+    return True
 
 
 def _assigned(suite: cst.BaseSuite, target: str) -> cst.BaseExpression | None:
@@ -803,6 +830,7 @@ class BranchToWhere(BranchRecipe):
 
     name = "branch-to-where"
     summary = "replace a data-dependent `if` that picks a tensor by torch.where"
+    proven = True  # the arms are shown to have one shape and dtype
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
         found = site_branch(ctx)
@@ -811,7 +839,7 @@ class BranchToWhere(BranchRecipe):
         node, test = found
         if isinstance(node, cst.IfExp):
             a, b = node.body, node.orelse
-            if not _where_ok(ctx, node, a, b):
+            if not _where_ok(ctx, node, a, b, proven=self.proven):
                 return None
             where = make_call("torch.where", test.tensor, a, b)
             if test.prefix is not None:  # `a if P and c else b` -> `where(c, a, b) if P else b`
@@ -832,11 +860,13 @@ class BranchToWhere(BranchRecipe):
             (assign,) = assigns
             target = assign.targets[0].target.value
             other = _else_value(ctx, node, target)
-            if other is None or not _where_ok(ctx, node, assign.value, other) or mutated(scope_of(ctx, node), target):
+            if other is None or mutated(scope_of(ctx, node), target):
+                return None
+            if not _where_ok(ctx, node, assign.value, other, proven=self.proven):
                 return None
             smalls = [assign.with_changes(value=make_call("torch.where", test.tensor, assign.value, other))]
         else:
-            smalls = _where_steps(ctx, node, test, assigns)
+            smalls = _where_steps(ctx, node, test, assigns, self.proven)
             if smalls is None:
                 return None
         self._plan = _replace_if(ctx, node, test, smalls)
@@ -844,7 +874,7 @@ class BranchToWhere(BranchRecipe):
 
 
 def _where_steps(
-    ctx: SiteContext, node: cst.If, test: SplitTest, assigns: list[cst.Assign]
+    ctx: SiteContext, node: cst.If, test: SplitTest, assigns: list[cst.Assign], proven: bool
 ) -> list[cst.BaseSmallStatement] | None:
     """The arm `if c: <assigns>` (no else) as straight-line statements."""
     scope = scope_of(ctx, node)
@@ -870,10 +900,28 @@ def _where_steps(
             temps.add(target)
             steps.append(a)
         else:
-            if not _where_ok(ctx, node, value, cst.Name(target), temps) or mutated(scope, target):
+            if not _where_ok(ctx, node, value, cst.Name(target), temps, proven) or mutated(scope, target):
                 return None
             steps.append(a.with_changes(value=make_call("torch.where", cond, value, cst.Name(target))))
     return steps if len(steps) > len(temps) else None
+
+
+class BranchToWhereUnchecked(BranchToWhere):
+    """branch-to-where where the arms' shapes and dtypes are not shown to agree
+    (`out = out + x * sel.unsqueeze(-1).to(x.dtype) * p`, a MoE accumulation)."""
+
+    name = "branch-to-where-broadcast"
+    # torch.where broadcasts and promotes: an arm of another shape or dtype would
+    # change the kept value when the test is false. The verifier compares outputs,
+    # but only on the inputs the program runs.
+    safety = "unsafe"
+    summary = "branch-to-where for arms whose shape and dtype are not shown to agree (torch.where broadcasts and promotes them)"
+    proven = False
+
+    def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
+        if BranchToWhere().anchor(ctx) is not None:
+            return None  # the safe recipe's edit: not proposed again as an unsafe one
+        return super().anchor(ctx)
 
 
 # ---------------------------------------------------------------- if cond: return a; return b
@@ -1287,4 +1335,4 @@ class BranchDropShortcut(BranchRecipe):
         return node
 
 
-RECIPES = (BranchToCheck, BranchToGeneralPath, BranchToWhere, BranchToCond, BranchDropShortcut)
+RECIPES = (BranchToCheck, BranchToGeneralPath, BranchToWhere, BranchToCond, BranchToWhereUnchecked, BranchDropShortcut)
