@@ -12,6 +12,7 @@ import hashlib
 import importlib.util
 import inspect
 import io
+import logging
 import shutil
 import subprocess
 import sys
@@ -548,12 +549,20 @@ def test_the_guard_is_off_for_other_code(tmp_path, monkeypatch):
     assert not unchanged("no_such_lib", "A.f", digest)
 
 
-def test_the_innermost_library_method_below_torchs(tmp_path):
-    """A frame in torch below the library's method (a module of torch) is not patched."""
-    linear = Path(importlib.util.find_spec("torch").submodule_search_locations[0]) / "nn" / "modules" / "linear.py"
-    line = next(n for n, text in enumerate(linear.read_text().splitlines(), 1) if "return F.linear(" in text)
-    out = patch(tmp_path, below=(Frame(str(linear), line, 15, 50, "forward"),))
-    assert "class _GbfixFixedBlock(pkg.layers.Block):" in out and "Linear" not in out
+@pytest.mark.parametrize(
+    ("path", "text"),
+    [
+        (Path(importlib.util.find_spec("torch").submodule_search_locations[0]) / "nn" / "modules" / "linear.py", "return F.linear("),
+        (Path(logging.__file__), "self._log(WARNING,"),
+    ],
+    ids=["torch", "stdlib"],
+)
+def test_the_innermost_library_method_above_torchs_and_the_stdlibs(tmp_path, path, text):
+    """A frame of a method of torch (Linear.forward) or of the standard library (Logger.warning)
+    below the library's method is not the one patched."""
+    line = next(n for n, code in enumerate(path.read_text().splitlines(), 1) if text in code)
+    out = patch(tmp_path, below=(Frame(str(path), line, 12, 40, "forward" if "torch" in str(path) else "warning"),))
+    assert "class _GbfixFixedBlock(pkg.layers.Block):" in out and "Linear" not in out and "Logger" not in out
 
 
 def test_an_unsafe_inner_recipe_makes_the_unsafe_patch(tmp_path):
@@ -588,6 +597,20 @@ def test_a_class_the_library_reads_at_import(tmp_path, layers, outer):
 )
 def test_names_the_script_binds_otherwise(tmp_path, script):
     assert patch(tmp_path, script) is None
+
+
+@pytest.mark.parametrize(
+    ("outer", "binding"),
+    [
+        (OUTER.replace("import Block", "import Block as LayerBlock").replace("= Block(", "= LayerBlock("), "pkg.layers.Block = pkg.model.LayerBlock ="),
+        (OUTER.replace("from .layers import Block", "from . import layers").replace("= Block(", "= layers.Block("), "pkg.layers.Block ="),
+    ],
+    ids=["alias", "module-attribute"],
+)
+def test_rebound_where_the_library_looks_it_up(tmp_path, outer, binding):
+    """Each module on the stack that imports the class is rebound under its own name."""
+    out = patch(tmp_path, outer=outer)
+    assert f"    {binding} _GbfixFixedBlock\n" in out
 
 
 def test_transformers_docstring_decorators(tmp_path):

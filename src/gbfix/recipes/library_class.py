@@ -752,9 +752,10 @@ def _torch_or_stdlib(file: str) -> bool:
     """torch refers to its classes from many modules and mappings (a rebinding in one
     reaches few), and a class of the standard library is everyone's."""
     path = os.path.realpath(file)
-    return any(path.startswith(root) for root in _torch_folders()) or (
-        path.startswith(_STDLIB) and not any(path.startswith(root) for root in _SITE)
-    )
+    if any(path.startswith(root) for root in _torch_folders()):
+        return True
+    # Site-packages lie under the standard library's folder (a venv's base interpreter's too).
+    return path.startswith(_STDLIB) and not {"site-packages", "dist-packages"} & set(Path(path[len(_STDLIB) :]).parts)
 
 
 @functools.cache
@@ -765,7 +766,6 @@ def _torch_folders() -> tuple[str, ...]:
 
 
 _STDLIB = os.path.join(os.path.realpath(sysconfig.get_paths()["stdlib"]), "")
-_SITE = tuple(os.path.join(os.path.realpath(sysconfig.get_paths()[k]), "") for k in ("purelib", "platlib"))
 
 
 def _importers(frames: tuple[Frame, ...], libmod: str, name: str) -> dict[str, tuple[ParsedFile, str]]:
