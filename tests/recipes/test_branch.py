@@ -1393,3 +1393,97 @@ def test_where_broadcast_declines(case):
 
 def test_where_broadcast_is_unsafe():
     assert BranchToWhereUnchecked.safety == "unsafe"
+
+
+SHORTCUT_EXPRESSIONS = {
+    "fairseq: the mask passed on only when it has padding": (
+        """
+        def encode(self, x, padding_mask):
+            has_pads = padding_mask.any()
+            return self.layer(x, padding_mask=padding_mask if has_pads else None)
+        """,
+        "padding_mask if has_pads",
+        """
+        def encode(self, x, padding_mask):
+            has_pads = padding_mask.any()
+            return self.layer(x, padding_mask=padding_mask)
+        """,
+    ),
+    "None for an all-ones mask (method)": (
+        """
+        class M:
+            def mask_of(self, mask):
+                return None if (mask == 1).all() else mask[:, None, None, :]
+        """,
+        "None if (mask == 1)",
+        """
+        class M:
+            def mask_of(self, mask):
+                return mask[:, None, None, :]
+        """,
+    ),
+    "a Python part keeps its choice": (
+        """
+        def f(mask, use_mask):
+            return mask if use_mask and mask.any() else None
+        """,
+        "mask if use_mask",
+        """
+        def f(mask, use_mask):
+            return mask if use_mask else None
+        """,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", SHORTCUT_EXPRESSIONS)
+def test_drop_shortcut_expression(case):
+    source, fragment, expected = SHORTCUT_EXPRESSIONS[case]
+    assert fix(source, BranchDropShortcut, fragment) == body(expected)
+
+
+def test_drop_shortcut_expression_declines():
+    both = "def f(a, b, m):\n    return a if m.any() else b\n"
+    assert fix(both, BranchDropShortcut, "a if m.any()") is None  # no None side: not a shortcut
+    impure = "def f(m):\n    return m.add_(1) if m.any() else None\n"
+    assert fix(impure, BranchDropShortcut, "m.add_(1) if") is None
+
+
+def test_general_path_in_an_elif():
+    source = """
+    def f(x, mask):
+        pad = mask > 0
+        if x.dim() == 3:
+            x = x.mean(1)
+        elif pad.any():
+            x = x.masked_fill(pad, 0.0)
+        return x
+    """
+    assert fix(source, BranchToGeneralPath, "pad.any()") == body(
+        """
+        def f(x, mask):
+            pad = mask > 0
+            if x.dim() == 3:
+                x = x.mean(1)
+            else:
+                x = x.masked_fill(pad, 0.0)
+            return x
+        """
+    )
+
+
+def test_cond_on_a_flag_in_a_local():
+    source = """
+    def pool(hidden, mask):
+        empty = (mask == 0).all()
+        if empty:
+            return hidden.mean(0)
+        return (hidden * mask).sum(0)
+    """
+    assert fix(source, BranchToCond, "if empty:", whole_if=True) == body(
+        """
+        def pool(hidden, mask):
+            empty = (mask == 0).all()
+            return torch.cond(empty, lambda: hidden.mean(0), lambda: (hidden * mask).sum(0))
+        """
+    )

@@ -1266,7 +1266,7 @@ class BranchToGeneralPath(BranchRecipe):
             target, value = node.orelse.value, node.body
         else:
             assign = single(node.body)
-            if node.orelse is not None or _is_elif(ctx, node) or (test.prefix is not None and test.kind != "and"):
+            if node.orelse is not None or (test.prefix is not None and test.kind != "and"):
                 return None
             if assign is None or not m.matches(assign, m.Assign(targets=[m.AssignTarget(target=m.Name())])):
                 return None
@@ -1303,8 +1303,9 @@ class BranchToGeneralPath(BranchRecipe):
 
 
 class BranchDropShortcut(BranchRecipe):
-    """`if (mask == 1).all(): mask = None` / `if c: return None` -> removed: the
-    general path runs with the value instead of None."""
+    """`if (mask == 1).all(): mask = None` / `if c: return None` -> removed, and
+    `mask if has_pads else None` -> `mask`: the general path runs with the value
+    instead of None."""
 
     name = "branch-drop-shortcut"
     # None and a tensor cannot meet in torch.where or torch.cond; what follows must
@@ -1315,6 +1316,8 @@ class BranchDropShortcut(BranchRecipe):
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
         found = site_branch(ctx)
+        if found is not None and isinstance(found[0], cst.IfExp):
+            return self._expression(*found)
         if found is None or not isinstance(found[0], cst.If) or found[0].orelse is not None or _is_elif(ctx, found[0]):
             return None
         node, test = found
@@ -1332,6 +1335,22 @@ class BranchDropShortcut(BranchRecipe):
             return None
         # `if P or c:` keeps `if P:`; `if P and c:` goes with its test
         self._plan = node.with_changes(test=test.prefix) if test.kind == "or" and test.prefix else cst.RemovalSentinel.REMOVE
+        return node
+
+    def _expression(self, node: cst.IfExp, test: SplitTest) -> cst.CSTNode | None:
+        """`v if c else None` / `None if c else v` -> `v`; a Python part of the test keeps
+        its own choice (`v if P and c else None` -> `v if P else None`)."""
+        none_when_true = name_of(node.body) == "None"
+        value = node.orelse if none_when_true else node.body
+        if name_of(value) == "None" or (not none_when_true and name_of(node.orelse) != "None"):
+            return None
+        if not (pure(value) and pure(test.cond)):
+            return None
+        # The tensor part decides only while the Python part leaves the choice open:
+        # with `and` when P holds, with `or` when it does not.
+        keep = test.prefix is not None and (test.kind == "and") != none_when_true
+        plan = node.with_changes(test=test.prefix) if keep else value
+        self._plan = plan.with_changes(lpar=node.lpar, rpar=node.rpar) if node.lpar else plan
         return node
 
 
