@@ -210,7 +210,7 @@ def site_records(stderr: str, roots: list[Path]) -> list[dict]:
         rel = relpath(s["file"], roots)
         qn = qualname(Path(s["file"]), s["line"])
         recs.append({"path": rel, "line": s["line"], "function": qn, "code": s["code"], "codes": s["codes"],
-                     "key": f"{rel}::{qn}::{s['code']}"})
+                     "key": f"{rel}::{qn}::{s['code']}", "src": source_line(Path(s["file"]), s["line"])})
     return sorted(recs, key=lambda r: (r["path"], r["line"]))
 
 
@@ -259,20 +259,47 @@ def compare_outputs(a: Path, b: Path) -> str:
     return "close"
 
 
-def load_classification() -> dict[str, dict]:
+def load_classification() -> list[dict]:
     if not CLASSIFICATION.exists():
-        return {}
-    return tomllib.loads(CLASSIFICATION.read_text())
+        return []
+    return tomllib.loads(CLASSIFICATION.read_text()).get("site", [])
 
 
-def classify(key: str, table: dict[str, dict]) -> dict:
-    c = table.get(key)
-    if c is None:  # a key may leave the function out: path::*::code
-        path, _, code = key.split("::")
-        c = table.get(f"{path}::*::{code}")
-    if c is None:
-        return {"verdict": "gbfix misses it (unclassified)", "reason": ""}
-    return {"verdict": c["verdict"], "reason": c.get("reason", "")}
+def classify(site: dict, entries: list[dict]) -> dict:
+    """The first classification.toml entry matching the site's path, function, code (and source line)."""
+    from fnmatch import fnmatchcase
+
+    for e in entries:
+        if (fnmatchcase(site["path"], e["path"]) and fnmatchcase(site["function"], e.get("function", "*"))
+                and fnmatchcase(site["code"], e.get("code", "*")) and e.get("contains", "") in site.get("src", "")):
+            return {"verdict": e["verdict"], "reason": e.get("reason", "")}
+    return {"verdict": "gbfix misses it (unclassified)", "reason": ""}
+
+
+def source_line(path: Path, line: int) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").splitlines()[line - 1].strip()
+    except (OSError, IndexError):
+        return ""
+
+
+def reclassify(r: dict, tag: str) -> None:
+    """Classify the stored sites again with today's classification.toml (their source line from the
+    edited file run.py kept, else from the install)."""
+    entries = load_classification()
+    site = VENVS / r["env"] / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    edited = EDITED / tag / r["program"].replace("/", "__")
+    for s in r.get("before_sites") or []:
+        s.setdefault("src", source_line(site / s["path"], s["line"]))
+    for s in r.get("after_sites") or []:
+        if "src" not in s:
+            e = edited / s["path"]
+            p = e if e.exists() else site / s["path"]
+            if not p.exists():
+                import sysconfig
+                p = Path(sysconfig.get_paths()["purelib"]) / s["path"]
+            s["src"] = source_line(p, s["line"])
+        s.update(classify(s, entries))
 
 
 EDITED = SCRATCH / "edited"
@@ -430,7 +457,7 @@ def run_program(prog: Prog, mode: str, unsafe: bool, log) -> dict:
         if f.get("key"):
             by_key.setdefault(f["key"], []).append(f)
     for s in res["after_sites"]:
-        s.update(classify(s["key"], cls))
+        s.update(classify(s, cls))
         g_f = by_key.get(s["key"], [])
         s["gbfix"] = [{"status": f["status"], "detail": f["detail"]} for f in g_f][:3]
     res["changed"] = bool(res.get("written"))
@@ -441,19 +468,21 @@ def run_program(prog: Prog, mode: str, unsafe: bool, log) -> dict:
 
 
 # --- the table ----------------------------------------------------------------------------------
-def fixable(r: dict) -> bool:
-    """A behaviour-preserving rewrite exists unless every site left is classified `no safe rewrite exists`."""
-    left = r.get("after_sites") or []
-    return not left or any(not s.get("verdict", "").startswith("no safe") for s in left)
+def nosafe(r: dict) -> int:
+    return sum(1 for s in r.get("after_sites") or [] if s.get("verdict", "").startswith("no safe"))
 
 
 def table(results: list[dict]) -> str:
+    """Per program and totals. `no-safe`: sites left that are classified `no safe rewrite exists`.
+    The fix rate counts only sites where a behaviour-preserving rewrite exists (before - no-safe);
+    `to zero` counts only programs where every site has one (no-safe = 0)."""
     rows = []
-    hdr = f"{'program':34s} {'before':>6s} {'after':>5s} {'removed':>7s} {'zero':>4s} {'output':>9s} {'gbfix s':>7s}  note"
+    hdr = (f"{'program':34s} {'before':>6s} {'after':>5s} {'no-safe':>7s} {'removed':>7s} {'zero':>4s} {'output':>9s} "
+           f"{'gbfix s':>7s}  note")
     rows.append(hdr)
     rows.append("-" * len(hdr))
-    tot = dict(progs=0, before=0, after=0, zero=0, changed=0, secs=0.0, fx_progs=0, fx_before=0, fx_after=0, fx_zero=0,
-               nobreak=0, failed=0, install_changed=0)
+    tot = dict(progs=0, before=0, after=0, nosafe=0, zero=0, changed=0, secs=0.0, fx_progs=0, fx_zero=0,
+               nobreak=0, failed=0, install_changed=0, edited=0)
     for r in sorted(results, key=lambda r: r["program"]):
         st = r.get("status")
         if st == "no breaks":
@@ -461,45 +490,72 @@ def table(results: list[dict]) -> str:
             continue
         if st != "ok":
             tot["failed"] += 1
-            rows.append(f"{r['program']:34s} {'':>6s} {'':>5s} {'':>7s} {'':>4s} {'':>9s} {'':>7s}  {st}")
+            rows.append(f"{r['program']:34s} {'':>6s} {'':>5s} {'':>7s} {'':>7s} {'':>4s} {'':>9s} {'':>7s}  {st}")
             continue
         b, a = r["before"], r["after"]
         a_n = a if a is not None else b
-        pct = f"{100 * (b - a_n) / b:.0f}%" if b else "-"
+        ns = nosafe(r)
+        fixable_sites = b - ns
+        pct = f"{100 * (b - a_n) / fixable_sites:.0f}%" if fixable_sites > 0 else "-"
         zero = a == 0
         out = r["output"] if r.get("changed") else "n/a"
         if out not in ("identical", "close", "n/a"):
             tot["changed"] += 1
+        tot["edited"] += bool(r.get("changed"))
         if not r.get("install_unchanged", True):
             tot["install_changed"] += 1
-        fx = fixable(r)
-        note = [] if fx else ["no safe rewrite for what is left"]
+        note = []
         if r.get("gbfix_rc") not in (0, 1):
             note.append(f"gbfix rc={r.get('gbfix_rc')}")
-        rows.append(f"{r['program']:34s} {b:6d} {str(a):>5s} {pct:>7s} {'yes' if zero else '':>4s} {out:>9s} "
+        if not r.get("install_unchanged", True):
+            note.append("INSTALL CHANGED")
+        rows.append(f"{r['program']:34s} {b:6d} {str(a):>5s} {ns:7d} {pct:>7s} {'yes' if zero else '':>4s} {out:>9s} "
                     f"{r.get('gbfix_s', 0):7.1f}  {'; '.join(note)}")
         tot["progs"] += 1
         tot["before"] += b
         tot["after"] += a_n
+        tot["nosafe"] += ns
         tot["zero"] += zero
         tot["secs"] += r.get("gbfix_s", 0)
-        if fx:
+        if ns == 0:
             tot["fx_progs"] += 1
-            tot["fx_before"] += b
-            tot["fx_after"] += a_n
             tot["fx_zero"] += zero
     rows.append("-" * len(hdr))
 
     def pct(x, y):
         return f"{100 * x / y:.0f}%" if y else "-"
-    rows.append(f"programs with breaks: {tot['progs']} (plus {tot['nobreak']} without any break, {tot['failed']} failing)")
-    rows.append(f"all programs:       sites {tot['before']} -> {tot['after']} ({pct(tot['before'] - tot['after'], tot['before'])} removed), "
-                f"to zero {tot['zero']}/{tot['progs']} ({pct(tot['zero'], tot['progs'])})")
-    rows.append(f"fixable programs:   {tot['fx_progs']} (a behaviour-preserving rewrite exists for something left or nothing is left): "
-                f"sites {tot['fx_before']} -> {tot['fx_after']} ({pct(tot['fx_before'] - tot['fx_after'], tot['fx_before'])} removed), "
-                f"to zero {tot['fx_zero']}/{tot['fx_progs']} ({pct(tot['fx_zero'], tot['fx_progs'])})")
-    rows.append(f"output changes: {tot['changed']}; install changed: {tot['install_changed']}; gbfix wall time {tot['secs']:.0f} s in all")
+    fs = tot["before"] - tot["nosafe"]
+    rows.append(f"programs with breaks: {tot['progs']} (plus {tot['nobreak']} without any break, {tot['failed']} failing); "
+                f"gbfix changed {tot['edited']}")
+    rows.append(f"break sites: {tot['before']} -> {tot['after']} ({pct(tot['before'] - tot['after'], tot['before'])} removed); "
+                f"left and classified `no safe rewrite exists`: {tot['nosafe']}")
+    rows.append(f"fix rate where a behaviour-preserving rewrite exists: {tot['before'] - tot['after']} / {fs} sites "
+                f"({pct(tot['before'] - tot['after'], fs)})")
+    rows.append(f"programs to zero: {tot['zero']}/{tot['progs']} ({pct(tot['zero'], tot['progs'])}); among the "
+                f"{tot['fx_progs']} programs with no `no safe rewrite` site: {tot['fx_zero']}/{tot['fx_progs']} "
+                f"({pct(tot['fx_zero'], tot['fx_progs'])})")
+    rows.append(f"output changes: {tot['changed']}; install changed: {tot['install_changed']}; "
+                f"gbfix wall time {tot['secs']:.0f} s in all")
     return "\n".join(rows)
+
+
+def missed(results: list[dict]) -> str:
+    """The sites left, grouped by classification key, most frequent first."""
+    from collections import defaultdict
+
+    groups: dict[tuple, list] = defaultdict(list)
+    for r in results:
+        for s in r.get("after_sites") or []:
+            groups[(s["verdict"], s["path"], s["function"], s["code"])].append((r["program"], s))
+    lines = [f"{'n':>3s}  {'verdict':32s} site"]
+    for (verdict, path, fn, code), items in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        s = items[0][1]
+        why = (s.get("gbfix") or [{}])[0].get("detail") or s.get("reason") or ""
+        lines.append(f"{len(items):3d}  {verdict[:32]:32s} {path}::{fn} {code}  | {s.get('src', '')[:90]}")
+        if why:
+            lines.append(f"{'':37s} gbfix/why: {why[:160]}")
+        lines.append(f"{'':37s} in: {', '.join(p for p, _ in items)[:160]}")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -512,6 +568,7 @@ def main() -> None:
     ap.add_argument("--unsafe", action="store_true", help="also the unsafe recipes (--unsafe-fixes)")
     ap.add_argument("--extra", action="store_true", help="also the breaking programs whose sites repeat another's")
     ap.add_argument("--all", action="store_true", help="every program, also those without a break in the survey")
+    ap.add_argument("--resume", action="store_true", help="skip programs that already have a result in results/")
     ap.add_argument("--table", action="store_true", help="print the table of the stored results; run nothing")
     args = ap.parse_args()
     mode = "user" if args.user_side else "package"
@@ -519,7 +576,11 @@ def main() -> None:
     outdir = RESULTS / tag
     if args.table:
         results = [json.loads(p.read_text()) for p in sorted(outdir.glob("*.json"))]
+        for r in results:
+            reclassify(r, tag)
         print(table(results))
+        print()
+        print(missed(results))
         return
     envs = args.env or list(TABLES)
     progs = discover(envs, "--list-all" if args.all else "--list-extra" if args.extra else "--list")
@@ -528,6 +589,9 @@ def main() -> None:
     if args.package:
         progs = [p for p in progs if p.package in args.package]
     outdir.mkdir(parents=True, exist_ok=True)
+    selected = {f"{p.env}__{p.name}.json" for p in progs}
+    if args.resume:
+        progs = [p for p in progs if not (outdir / f"{p.env}__{p.name}.json").exists()]
     print(f"{len(progs)} programs, mode {tag}, jobs {args.jobs}", file=sys.stderr, flush=True)
     t0 = time.monotonic()
 
@@ -545,7 +609,7 @@ def main() -> None:
 
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
         list(ex.map(one, progs))
-    results = [json.loads(p.read_text()) for p in sorted(outdir.glob("*.json"))]
+    results = [json.loads(p.read_text()) for p in sorted(outdir.glob("*.json")) if p.name in selected]
     (RESULTS / f"{tag}.json").write_text(json.dumps({"wall_s": round(time.monotonic() - t0), "results": results},
                                                     indent=1, sort_keys=True))
     print(table(results))
