@@ -186,16 +186,21 @@ _INNER = _inner_recipes()
 
 
 class _LibraryClass(Recipe):
-    """Both recipes: find the library method, copy it into a subclass, run the inner recipes there."""
+    """The recipes of this module: find the library method, copy it into a subclass,
+    run the inner recipes there; this one and its subclasses construct the subclass
+    in the user's code."""
 
     rule = "GB0059"
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
         try:
-            self._new = _fix(ctx, self.safety)
+            self._new = self._build(ctx)
         except _Decline:
             return None
         return ctx.module
+
+    def _build(self, ctx: SiteContext) -> cst.Module:
+        return _fix(ctx, self.safety)
 
     def rewrite(self, node: cst.CSTNode) -> Replacement | None:
         return self._new
@@ -722,14 +727,17 @@ def _patch(ctx: SiteContext, safety: Safety) -> cst.Module:
     for taken in (sub, *{m.split(".")[0] for m in binds}):
         if any(not isinstance(b, cst.Import) for b in global_bindings(ctx, taken)):
             raise _Decline(f"{taken} is bound to something else in this file")
-    top = libmod.split(".")[0]
-    needed = [
-        (libmod, n, None) if imp[0].split(".")[0] == top else imp
-        for n in _unbound(ctx, lib, _free_globals(lib, method))
-        for imp in [_import_for(lib, libmod, n)]
-    ]
+    needed = [_patch_import(lib, libmod, n) for n in _unbound(ctx, lib, _free_globals(lib, method))]
     module, first_line = _with_patch(ctx, lib, method, sub, libmod, name, binds, needed)
     return _fix_copy(ctx, safety, module, first_line, sub, lib, method, user_at, lib_at)
+
+
+def _patch_import(lib: ParsedFile, libmod: str, name: str) -> tuple[str, str | None, str | None]:
+    """How the patch binds a global the method reads: a name of the library's own
+    package from the defining module (the guard holds for that module's text, not
+    for the files it imports from), others as the library imports them."""
+    imp = _import_for(lib, libmod, name)
+    return (libmod, name, None) if imp[0].split(".")[0] == libmod.split(".")[0] else imp
 
 
 def _innermost_method(stack: tuple[Frame, ...], user_at: int) -> tuple[int, Path, ParsedFile, cst.ClassDef, cst.FunctionDef]:
@@ -872,8 +880,8 @@ def _with_patch(
         if len(line) > 84:  # 88 columns with the guard's indentation
             line = f"from {mod} import ({newline}" + "".join(f"    {n},{newline}" for n in names) + ")"
         head.append(line)
-    targets = " = ".join(f"{m}.{local}" for m, (_, local) in binds.items())
-    tail = [f'{sub}.__module__ = "{libmod}"', f'{sub}.__name__ = {sub}.__qualname__ = "{name}"', f"{targets} = {sub}"]
+    rebound = " = ".join(f"{m}.{local}" for m, (_, local) in binds.items())
+    tail = [f'{sub}.__module__ = "{libmod}"', f'{sub}.__name__ = {sub}.__qualname__ = "{name}"', f"{rebound} = {sub}"]
     why = "# named as the library's class, so that print(model) and pickles do not change"
     blank = cst.EmptyLine(indent=False)
     subclass = _subclass(ctx, lib, method, sub, f"{libmod}.{name}").with_changes(leading_lines=[blank])
@@ -907,20 +915,11 @@ def _with_patch(
     return module, copied_at
 
 
-class _LibraryPatch(Recipe):
-    """Both patch recipes: the copy fixed as for ``library-class``, bound in the library's modules."""
+class _LibraryPatch(_LibraryClass):
+    """The patch recipes: the copy fixed as for ``library-class``, bound in the library's modules."""
 
-    rule = "GB0059"
-
-    def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
-        try:
-            self._new = _patch(ctx, self.safety)
-        except _Decline:
-            return None
-        return ctx.module
-
-    def rewrite(self, node: cst.CSTNode) -> Replacement | None:
-        return self._new
+    def _build(self, ctx: SiteContext) -> cst.Module:
+        return _patch(ctx, self.safety)
 
 
 class LibraryPatch(_LibraryPatch):
