@@ -52,7 +52,7 @@ from gbfix.recipes.branch import (
     target_names,
     tensor_evidence,
 )
-from gbfix.recipes.tree import contains, nodes, variable_names, variables, walk
+from gbfix.recipes.tree import contains, variable_names, variables, walk
 
 # Python values a prefix of the test can be: only these keep `prefix and cond`
 # a bool or a bool tensor (a falsy 0 or None would not make a torch.where condition).
