@@ -10,7 +10,7 @@ import pytest
 
 from gbfix import recipes, rules
 from gbfix.recipes.explicit_break import RemoveGraphBreak, RemoveSkipFrame
-from gbfix.recipes.scalar import AssertItemToTensor, ItemToTensor
+from gbfix.recipes.scalar import AssertItemToTensor, ItemToTensor, TolistToTensors
 from tests.helpers import rewrite_at
 
 RULES = Path(__file__).resolve().parents[2] / "rules"
@@ -295,6 +295,65 @@ def test_loss_normalize_fixture():
     source = (RULES.parent / "tests" / "fixtures" / "realworld" / "loss_normalize" / "losses.py").read_text()
     out = at(source, "(labels != ignore_index).sum().item()")
     assert "    num_tokens = (labels != ignore_index).sum().detach()\n    return loss_sum / num_tokens\n" in out
+
+
+# ---- tolist-to-tensors ----
+
+
+def test_gb0109_rule_example():
+    (ex,) = rules.parse(RULES / "GB0109.md")
+    assert at(ex.before, "logits.softmax(-1).tolist()", TolistToTensors, "GB0109") == ex.after
+
+
+TOLIST_PARAMS = "x: torch.Tensor, t: torch.Tensor, experts: list[torch.Tensor], heads: tuple[torch.Tensor, ...]"
+
+
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        (  # a for loop over the list
+            "ws = t.softmax(-1).tolist()\nfor w in ws:\n    x = x + w * x.flip(0)\nreturn x",
+            "ws = t.softmax(-1).detach().unbind(0)",
+        ),
+        (  # zipped with a tuple of tensors in a list comprehension, and its length
+            "ws = t.tolist()\nouts = [h * w for w, h in zip(ws, heads)]\nreturn torch.stack(outs) / len(ws)",
+            "ws = t.detach().unbind(0)",
+        ),
+        (  # indexed, with literal arithmetic: float64 like Python's floats
+            "ws = t.float().tolist()\nreturn x * (ws[0] + 1e-6) - x.clamp(max=ws[1])",
+            "ws = t.float().detach().double().unbind(0)",
+        ),
+        (  # an integer tensor's list (GB0033), zipped in a for statement
+            "counts = (t > 0).long().sum(0).tolist()\ny = x\nfor c, e in zip(counts, experts):\n    y = y + e * c\nreturn y",
+            "counts = (t > 0).long().sum(0).detach().unbind(0)",
+        ),
+    ],
+)
+def test_tolist_rewrites(body, expected):
+    src = fn(body, TOLIST_PARAMS)
+    read = next(line.strip().split(" = ", 1)[1] for line in src.splitlines() if ".tolist()" in line)
+    assert f"    {expected}\n" in at(src, read, TolistToTensors, "GB0109")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "ws = t.tolist()\nreturn ws",  # returned as a list
+        "ws = t.tolist()\nprint(ws)\nreturn x",
+        "ws = t.tolist()\nreturn x * ws[0], ws[1:]",  # sliced
+        "ws = t.tolist()\nfor w in ws:\n    if w > 0:\n        x = x * w\nreturn x",  # Python control flow
+        "ws = t.tolist()\nreturn x[ws[0]]",  # an index
+        "ws = t.tolist()\nws = ws + [1.0]\nreturn x * ws[0]",  # bound twice
+        "ws = t.tolist()\nw = 0.0\nfor w in ws:\n    x = x * w\nreturn x",  # the loop target is bound elsewhere
+        "ws = t.tolist()\nreturn sum(w * e for w, *e in zip(ws, experts))",
+        "ws = t.tolist()\nreturn sum(w * e for w, e in zip(ws, experts, strict=True))",
+        "ws = t.tolist()\nreturn sum(w * e for w, e in zip(ws, x))",  # x's elements may be 0-dim
+        "return x * t.tolist()[0]",  # not bound to a name
+        "ws = x.shape.numel()\nws = t.tolist()\nreturn x * ws[0]",
+    ],
+)
+def test_tolist_declines(body):
+    assert at(fn(body, TOLIST_PARAMS), "t.tolist()", TolistToTensors, "GB0109") is None
 
 
 # ---- assert-item-to-tensor ----

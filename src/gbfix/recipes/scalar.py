@@ -282,6 +282,9 @@ class _Facts:
     def tensor(self, e: cst.BaseExpression) -> bool:
         """Shown to evaluate to a torch.Tensor."""
         if isinstance(e, cst.Name):
+            iterable = self.iterated(e)
+            if iterable is not None:  # `for e in experts`, `zip(ws, experts)`: an element of experts
+                return isinstance(iterable, cst.Name) and self._tensor_sequence(iterable)
             results = list(self._each_binding(e, self._binding_tensor, circular=True))
             return bool(results) and all(results)
         if isinstance(e, cst.Attribute):
@@ -368,6 +371,48 @@ class _Facts:
         if fdef.returns is None:
             return False
         return self.ctx.code(fdef.returns.annotation).strip("'\"").rpartition(".")[2] in _TENSOR_ANNOTATIONS
+
+    def iterated(self, name: cst.Name) -> cst.BaseExpression | None:
+        """The iterable whose elements ``name`` takes, when its only binding is the target of a
+        `for` (statement or comprehension): `for w in ws` -> ws, `for w, e in zip(ws, es)` ->
+        ws for w, es for e."""
+        scope = self.scopes.get(name)
+        found = scope[name.value] if scope is not None else ()
+        if len(found) != 1 or not isinstance(next(iter(found)), Assignment):
+            return None
+        target = next(iter(found)).node
+        loop = self.parent(target)
+        k = None
+        if isinstance(loop, cst.Element):  # one name of a tuple target
+            tup = self.parent(loop)
+            if not isinstance(tup, cst.Tuple) or loop.value is not target:
+                return None
+            k, loop = list(tup.elements).index(loop), self.parent(tup)
+            target = tup
+        if not isinstance(loop, (cst.For, cst.CompFor)) or loop.target is not target:
+            return None
+        if k is None:
+            return loop.iter
+        it = loop.iter
+        zipped = isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "zip"
+        scope = self.scopes.get(it.func) if zipped else None
+        if not zipped or scope is None or {q.name for q in scope.get_qualified_names_for(it.func)} != {"builtins.zip"}:
+            return None
+        args = [a for a in it.args if not a.star]
+        if len(args) != len(it.args) or k >= len(args) or any(a.keyword is not None for a in args):
+            return None
+        return args[k].value
+
+    def _tensor_sequence(self, name: cst.Name) -> bool:
+        """A parameter annotated as a list, tuple or sequence of tensors, bound only there."""
+        found = self.bindings(name) or []
+        if len(found) != 1 or not isinstance(found[0], cst.Param) or found[0].annotation is None:
+            return False
+        ann = self.ctx.code(found[0].annotation.annotation).strip("'\"").replace(" ", "")
+        outer, _, inner = ann.partition("[")
+        item = inner.rstrip("]").removesuffix(",...")
+        containers = ("list", "List", "tuple", "Tuple", "Sequence", "Iterable")
+        return outer.rpartition(".")[2] in containers and item.rpartition(".")[2] in _TENSOR_ANNOTATIONS
 
     def _binding_tensor(self, b: cst.CSTNode) -> bool:
         if isinstance(b, cst.AugAssign):
@@ -668,7 +713,8 @@ class ItemToTensor(Recipe):
             chained = True
             node = up
 
-    def _feeds_tensor(self, f: _Facts, top: cst.BaseExpression) -> str | None:
+    @staticmethod
+    def _feeds_tensor(f: _Facts, top: cst.BaseExpression) -> str | None:
         """How the value at ``top`` meets a tensor: `_DIMENSIONED` (an operand whose dtype
         wins over any 0-dim tensor), `_ZERO_DIM_FLOAT` (a 0-dim floating tensor: only an
         integer read keeps the result dtype), or None (another use)."""
@@ -677,22 +723,22 @@ class ItemToTensor(Recipe):
             # `s / x` runs as x.reciprocal() * s for a Python s: one rounding more than div
             if isinstance(up.operator, cst.Divide) and up.left is top:
                 return None
-            return self._partner(f, up.right if up.left is top else up.left)
+            return ItemToTensor._partner(f, up.right if up.left is top else up.left)
         if isinstance(up, cst.Comparison) and len(up.comparisons) == 1:  # a chain would call bool()
             (target,) = up.comparisons
             if isinstance(target.operator, _ELEMENTWISE_COMPARISONS):
-                return self._partner(f, target.comparator if up.left is top else up.left)
+                return ItemToTensor._partner(f, target.comparator if up.left is top else up.left)
             return None
         if isinstance(up, cst.ComparisonTarget) and isinstance(up.operator, _ELEMENTWISE_COMPARISONS):
             comparison = f.parent(up)
-            return self._partner(f, comparison.left) if len(comparison.comparisons) == 1 else None
+            return ItemToTensor._partner(f, comparison.left) if len(comparison.comparisons) == 1 else None
         if isinstance(up, cst.AugAssign) and up.value is top and isinstance(up.operator, _SCALAR_ASSIGN_OPS):
             # in place: the target keeps its dtype, so any tensor target behaves the same
             return _DIMENSIONED if isinstance(up.target, cst.Name) and f.tensor(up.target) else None
         if isinstance(up, cst.Arg) and up.value is top and not up.star:
             call = f.parent(up)
-            subject = self._arg_subject(f, call, up) if isinstance(call, cst.Call) else None
-            return None if subject is None else self._partner(f, subject)
+            subject = ItemToTensor._arg_subject(f, call, up) if isinstance(call, cst.Call) else None
+            return None if subject is None else ItemToTensor._partner(f, subject)
         return None
 
     @staticmethod
@@ -842,10 +888,104 @@ class AssertItemToTensor(Recipe):
         return cst.Call(cst.Attribute(source, cst.Name("double")), [])
 
 
+class TolistToTensors(Recipe):
+    """`ws = t.tolist()` whose elements only feed tensor arithmetic -> `ws = t.detach().unbind(0)`.
+
+    Each element is then a 0-dim tensor where it was a Python number, used as item-to-tensor
+    allows (`w * e` with a dimensioned floating tensor `e`, a clamp bound, ...), so the
+    results are the same (see the module doc). The list is only iterated (`for w in ws`,
+    `zip(ws, experts)` in a loop or a comprehension), indexed (`ws[i]`) or measured
+    (`len(ws)`), where a tuple of tensors behaves as the list does. `.double()` comes first
+    when literal arithmetic follows (`w + 1e-6`), as for one read.
+    """
+
+    name = "tolist-to-tensors"
+    codes = ("GB0109", "GB0033")
+    safety = "safe"
+    summary = "keep t.tolist() as t.detach().unbind(0): every element only feeds tensor arithmetic"
+    rule = "GB0109"
+
+    def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
+        f = _Facts(ctx)
+        stop = ctx.enclosing(cst.BaseStatement, cst.BaseSmallStatement)
+        calls = (n for n in (ctx.node, *ctx.ancestors()) if isinstance(n, cst.Call) or n is stop)
+        call = next((n for n in calls if n is stop or (f.callee(n)[1] == "tolist" and not n.args)), None)
+        if not isinstance(call, cst.Call):
+            return None
+        self._source = f.callee(call)[0]
+        if not f.tensor(self._source):
+            raise Decline("`.tolist()` of something not shown to be a tensor")
+        assign = f.parent(call)
+        if not (isinstance(assign, cst.Assign) and assign.value is call and len(assign.targets) == 1):
+            raise Decline("the list is not bound to a name")
+        target = assign.targets[0].target
+        scope = f.scopes.get(target) if isinstance(target, cst.Name) else None
+        if not isinstance(scope, FunctionScope) or len(scope.assignments[target.value]) != 1:
+            raise Decline("the list's name is not a local bound once")
+        is_float = f.dtype(self._source) == "float"
+        self._double = False
+        (assignment,) = scope.assignments[target.value]
+        for ref in assignment.references:
+            elements = self._elements(f, ref.node)
+            if elements is None:
+                raise Decline(f"`{target.value}` is used as a list, not only iterated, indexed or measured")
+            for element in elements:
+                climbed = ItemToTensor._climb(f, element, is_float)
+                if climbed is None or ItemToTensor._feeds_tensor(f, climbed[0]) != _DIMENSIONED:
+                    raise Decline("an element does not only feed arithmetic with a dimensioned tensor")
+                self._double = self._double or climbed[1]
+        return call
+
+    def rewrite(self, node: cst.CSTNode) -> Replacement:
+        source = self._source
+        if not isinstance(source, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) and not source.lpar:
+            source = source.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        out = cst.Call(cst.Attribute(source, cst.Name("detach")), [])
+        if self._double:
+            out = cst.Call(cst.Attribute(out, cst.Name("double")), [])
+        zero = cst.Arg(cst.Integer("0"))
+        return cst.Call(cst.Attribute(out, cst.Name("unbind")), [zero]).with_changes(lpar=node.lpar, rpar=node.rpar)
+
+    @staticmethod
+    def _elements(f: _Facts, ref: cst.CSTNode) -> list[cst.BaseExpression] | None:
+        """Where the elements of the list named at ``ref`` are used: the loads of a loop
+        target, or the subscript itself; [] for `len(ref)`; None for any other use."""
+        up = f.parent(ref)
+        if isinstance(up, cst.Subscript) and up.value is ref and len(up.slice) == 1:
+            index = up.slice[0].slice
+            target = isinstance(f.parent(up), (cst.AssignTarget, cst.AugAssign, cst.Del))
+            return [up] if isinstance(index, cst.Index) and not target else None
+        if isinstance(up, cst.Arg) and up.value is ref and not up.star and up.keyword is None:
+            call = f.parent(up)
+            scope = f.scopes.get(call.func) if isinstance(call.func, cst.Name) else None
+            names = {q.name for q in scope.get_qualified_names_for(call.func)} if scope is not None else set()
+            if names == {"builtins.len"} and len(call.args) == 1:
+                return []
+            loop = f.parent(call) if names == {"builtins.zip"} else None
+            if not isinstance(loop, (cst.For, cst.CompFor)) or loop.iter is not call or not isinstance(loop.target, cst.Tuple):
+                return None
+            k = call.args.index(up)
+            if len(loop.target.elements) != len(call.args) or not isinstance(loop.target.elements[k].value, cst.Name):
+                return None
+            return TolistToTensors._loads(f, loop.target.elements[k].value)
+        if isinstance(up, (cst.For, cst.CompFor)) and up.iter is ref and isinstance(up.target, cst.Name):
+            return TolistToTensors._loads(f, up.target)
+        return None
+
+    @staticmethod
+    def _loads(f: _Facts, target: cst.Name) -> list[cst.BaseExpression] | None:
+        """The reads of a loop target that the loop alone binds."""
+        scope = f.scopes.get(target)
+        found = scope.assignments[target.value] if scope is not None else ()
+        if len(found) != 1:
+            return None
+        return [r.node for r in next(iter(found)).references]
+
+
 def _literal_string(expr: cst.BaseExpression) -> bool:
     if isinstance(expr, cst.ConcatenatedString):
         return _literal_string(expr.left) and _literal_string(expr.right)
     return isinstance(expr, cst.SimpleString)
 
 
-RECIPES = (ItemToTensor, AssertItemToTensor)
+RECIPES = (ItemToTensor, TolistToTensors, AssertItemToTensor)
