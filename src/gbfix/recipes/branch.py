@@ -4,12 +4,14 @@
     if cond: x = a  [elif/else: x = b]  -> x = torch.where(cond, a, b)        (b defaults to x)
     a if cond else b                    -> torch.where(cond, a, b)
     if cond: return a  (else:) return b -> return torch.cond(cond, lambda: a, lambda: b)
+    if M.any(): x = x.masked_fill(M, v) -> x = x.masked_fill(M, v)      (the identity for an all-False M)
+    if (m == 1).all(): m = None         -> (removed)                   (unsafe: the general path runs)
 
 Dynamo reports the `if` test (or, when the body returns or raises, the whole
-`if`). A leading Python part of an `and` chain (`self.training and x.mean() > t`)
-stays an ordinary `if` around the rewrite. Everything here is syntactic, so each
-recipe declines whatever it cannot prove equivalent; shapes and dtypes it cannot
-see are left to the verifier, which compares outputs.
+`if`). The Python part of an `and`/`or` test (`self.training`, `x.shape[1] > 0`,
+`mask is not None`) stays an ordinary `if` around the rewrite. Everything here is
+syntactic, so each recipe declines whatever it cannot prove equivalent; shapes and
+dtypes it cannot see are left to the verifier, which compares outputs.
 """
 
 from __future__ import annotations
@@ -136,8 +138,7 @@ def _has_call(expr: cst.CSTNode) -> bool:
     return contains(expr, (cst.Call, cst.Subscript))
 
 
-# Python values of a tensor that are never tensors and cannot raise: tests on them
-# stay Python `if`s, evaluated before (instead of after) a tensor operand.
+# Facts about a tensor that are Python values (never tensors): tests on them stay Python `if`s.
 _STATIC_ATTRS = frozenset("training shape ndim dtype device is_cuda is_sparse requires_grad".split())
 _STATIC_METHODS = frozenset("dim size numel is_floating_point is_complex".split())
 _STATIC_FUNCS = frozenset(
@@ -185,10 +186,9 @@ def _static_value(expr: cst.BaseExpression) -> bool:
 
 
 def static(expr: cst.BaseExpression) -> bool:
-    """A Python truth value that is never a tensor's and cannot raise: it may be
-    evaluated before a tensor operand that the original evaluated first
-    (`m.any() and self.training`, `x.shape[1] > 0`, `mask is not None`,
-    `x.dtype == torch.float16`)."""
+    """A Python truth value that is never a tensor's and runs no code of ours
+    (`self.training`, `x.shape[1] > 0`, `mask is not None`, `x.dtype == torch.float16`):
+    it may stay a Python `if` even where it follows a tensor operand (see ``_safe_early``)."""
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
         return static(expr.expression)
     if isinstance(expr, cst.BooleanOperation):
@@ -282,8 +282,8 @@ class SplitTest:
 
     ``kind`` "and": `if P and c:` runs the rewrite of `if c:` under `if P:`;
     "or": `if P or c:` keeps its body under `if P:` and runs the rewrite of
-    `if c:` in the `else:`. The static operands of P may come after c in the
-    test as written (they are pure and cannot raise, so the order is free).
+    `if c:` in the `else:`. The operands of P may come after c in the test as
+    written (``static`` and ``_safe_early``: evaluating them first changes nothing).
     """
 
     prefix: cst.BaseExpression | None
@@ -306,8 +306,8 @@ def _split_test(if_node: cst.If | cst.IfExp) -> SplitTest | None:
     operand), so operands are told apart by their shape: the leading ones without
     calls were evaluated before any tensor, as in the original (unless all are
     call-free: then the one that is not ``static`` broke); later ones must be
-    ``static`` and ``_safe_early``. With one tensor operand left the break proves it is a tensor;
-    with several, each must show it."""
+    ``static`` and ``_safe_early``. With one tensor operand left the break proves
+    it is a tensor; with several, each must show it."""
     op = cst.Or if len(operands(if_node.test, cst.Or)) > 1 else cst.And
     ops = operands(if_node.test, op)
 
@@ -326,7 +326,7 @@ def _split_test(if_node: cst.If | cst.IfExp) -> SplitTest | None:
         if len(python) != len(ops) - 1:
             return None
     tensors = [o for i, o in enumerate(ops) if i not in python]
-    if (len(tensors) > 1 and not all(pure(o) for o in tensors)):
+    if len(tensors) > 1 and not all(pure(o) for o in tensors):
         return None
     converted = [_tensor_cond(o, len(tensors) == 1) for o in tensors]
     if any(c is None for c in converted):
@@ -460,7 +460,6 @@ def fresh(scope: cst.CSTNode, base: str, taken: set[str]) -> str:
         name = f"{base}_{k}"
     taken.add(name)
     return name
-
 
 
 def single(suite: cst.BaseSuite) -> cst.BaseSmallStatement | None:
