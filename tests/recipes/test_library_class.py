@@ -581,10 +581,11 @@ def test_an_unsafe_inner_recipe_makes_the_unsafe_patch(tmp_path):
     ("layers", "outer"),
     [
         (LAYERS, OUTER),  # Encoder(Block): bases are read at import
-        (ALONE + "\n\nBLOCKS = {{\"plain\": Block}}\n", OUTER),  # braces doubled for str.format
+        (ALONE + "\n\nBLOCKS = [Block]\n", OUTER),
+        (ALONE + "\n\nBLOCKS = dict(plain=Block)\n", OUTER),
         (ALONE, OUTER.replace("    def __init__", "    block_class = Block\n\n    def __init__")),
     ],
-    ids=["subclass", "mapping", "class-attribute"],
+    ids=["subclass", "list", "dict-call", "class-attribute"],
 )
 def test_a_class_the_library_reads_at_import(tmp_path, layers, outer):
     assert patch(tmp_path, layers=layers, outer=outer) is None
@@ -597,6 +598,15 @@ def test_a_class_the_library_reads_at_import(tmp_path, layers, outer):
 )
 def test_names_the_script_binds_otherwise(tmp_path, script):
     assert patch(tmp_path, script) is None
+
+
+def test_a_dict_of_classes(tmp_path):
+    """transformers 4.x builds attention through ``X_ATTENTION_CLASSES[config._attn_implementation]``,
+    a dict made at import: its entries holding the class are set too."""
+    layers = ALONE + '\n\nBLOCKS = {{"plain": Block, "none": None}}\nOTHER = {{"plain": Block}}\n'  # braces doubled for str.format
+    outer = OUTER.replace("from .layers import Block", "from .layers import BLOCKS").replace("= Block(", '= BLOCKS["plain"](')
+    out = patch(tmp_path, layers=layers, outer=outer)
+    assert '    pkg.layers.Block = pkg.layers.BLOCKS["plain"] = pkg.layers.OTHER["plain"] = _GbfixFixedBlock\n' in out
 
 
 @pytest.mark.parametrize(

@@ -93,11 +93,13 @@ the library as it is. The subclass carries the library class's names, so
 ``print(model)``, pickles (which then name the library's class, bound to the
 subclass while the patch is on) and ``type(m).__name__`` do not change. The
 library's own globals the method reads are imported from the defining module
-inside the guard. Declined: a class the library reads while it is imported
-(a subclass's base, a dict of classes, a class attribute: those keep the
-original class), which is also what ``isinstance`` of an instance of another
-subclass would get wrong after the rebinding; names of the patch the user's
-file binds otherwise. A construction that runs before the patch (at import of
+inside the guard. A module-level dict of classes holding the class
+(``ATTENTION_CLASSES = {"eager": Attention}``, read when the library builds
+its layers) gets the subclass in those entries too. Declined: any other read
+of the class while the library is imported (a subclass's base, a class
+attribute: those keep the original class), which is also what ``isinstance``
+of an instance of another subclass would get wrong after the rebinding; names
+of the patch the user's file binds otherwise. A construction that runs before the patch (at import of
 a module imported above it) leaves the break, and the verifier rejects the edit.
 
 Four recipes with the safety of the recipes they apply: ``library-class`` and
@@ -720,15 +722,14 @@ def _patch(ctx: SiteContext, safety: Safety) -> cst.Module:
     _check_method(lib, method, libmod)
     name = owner.name.value
     binds = {libmod: (lib, name), **_importers(stack[user_at + 1 : lib_at], libmod, name)}
-    for mod, (parsed, local) in binds.items():
-        if _read_at_import(parsed, local):
-            raise _Decline(f"{mod} reads {local} at import (a base class, a mapping): rebinding it would not reach that")
+    entries = [f"{mod}.{entry}" for mod, (parsed, local) in binds.items() for entry in _read_at_import(parsed, local)]
     sub = f"_GbfixFixed{name}"
     for taken in (sub, *{m.split(".")[0] for m in binds}):
         if any(not isinstance(b, cst.Import) for b in global_bindings(ctx, taken)):
             raise _Decline(f"{taken} is bound to something else in this file")
     needed = [_patch_import(lib, libmod, n) for n in _unbound(ctx, lib, _free_globals(lib, method))]
-    module, first_line = _with_patch(ctx, lib, method, sub, libmod, name, binds, needed)
+    rebound = [*(f"{mod}.{local}" for mod, (_, local) in binds.items()), *entries]
+    module, first_line = _with_patch(ctx, lib, method, sub, libmod, name, sorted(binds), rebound, needed)
     return _fix_copy(ctx, safety, module, first_line, sub, lib, method, user_at, lib_at)
 
 
@@ -804,10 +805,14 @@ def _importers(frames: tuple[Frame, ...], libmod: str, name: str) -> dict[str, t
     return found
 
 
-def _read_at_import(lib: ParsedFile, name: str) -> bool:
-    """Whether the module reads its global ``name`` while it is imported (outside
-    any function: a subclass's base, a dict of classes, a class attribute), so that
-    those keep the class bound before the patch."""
+def _read_at_import(lib: ParsedFile, name: str) -> list[str]:
+    """The entries (``CLASSES["eager"]``) of module-level dicts of classes that
+    hold the module's global ``name``: the patch sets them too. Declined: any
+    other read of the name while the module is imported (outside any function:
+    a subclass's base, a class attribute), which keeps the class bound before
+    the patch, and would make ``isinstance`` of an instance of another subclass
+    false once the name is rebound."""
+    entries = []
     for assignment in lib.scopes[lib.module][name]:
         for access in assignment.references:
             if access.is_annotation:
@@ -815,9 +820,29 @@ def _read_at_import(lib: ParsedFile, name: str) -> bool:
             scope = access.scope
             while scope is not scope.globals and not isinstance(scope, FunctionScope):
                 scope = scope.parent
-            if not isinstance(scope, FunctionScope):
-                return True
-    return False
+            if isinstance(scope, FunctionScope):
+                continue
+            entry = _dict_entry(lib, access.node)
+            if entry is None:
+                raise _Decline(f"the library reads {name} at import (a base class, a class attribute)")
+            entries.append(entry)
+    return entries
+
+
+def _dict_entry(lib: ParsedFile, node: cst.CSTNode) -> str | None:
+    """``NAME[key]`` when ``node`` is the value of a string-keyed entry of a dict
+    display assigned to a module-level name, ``NAME = {key: node, ...}``."""
+    element, display, assign = lib.parent(node), None, None
+    if isinstance(element, cst.DictElement) and element.value is node and isinstance(element.key, cst.SimpleString):
+        display = lib.parent(element)
+        assign = lib.parent(display) if isinstance(display, cst.Dict) else None
+    if not isinstance(assign, cst.Assign) or assign.value is not display or len(assign.targets) != 1:
+        return None
+    target = assign.targets[0].target
+    line = lib.parent(assign)
+    if not isinstance(target, cst.Name) or not any(line is stmt for stmt in lib.module.body):
+        return None
+    return f"{target.value}[{lib.module.code_for_node(element.key)}]"
 
 
 def source_digest(lines: list[str], first: int) -> str:
@@ -857,18 +882,20 @@ def _with_patch(
     sub: str,
     libmod: str,
     name: str,
-    binds: dict[str, tuple[ParsedFile, str]],
+    modules: list[str],
+    rebound: list[str],
     needed: list[tuple[str, str | None, str | None]],
 ) -> tuple[cst.Module, int]:
     """The user's module with the patch after its imports: under a check that the
     library's method is the text copied, the subclass, named as the library's class,
-    rebound in each module that constructs it; and the line where the copied method starts."""
+    bound to each of ``rebound`` (``module.Name``, ``module.CLASSES["key"]``); and the
+    line where the copied method starts."""
     meth = method.name.value
     lines = io.StringIO(lib.source.text, newline=None).readlines()
     digest = source_digest(lines, _start(lib, method)[0])
     newline = ctx.module.default_newline
     config = ctx.module.config_for_parsing
-    head = [f"import {m}" for m in sorted(binds)]
+    head = [f"import {m}" for m in sorted(modules)]
     froms: dict[str, list[str]] = {}
     for mod, obj, asname in needed:
         if obj is None:
@@ -880,8 +907,7 @@ def _with_patch(
         if len(line) > 84:  # 88 columns with the guard's indentation
             line = f"from {mod} import ({newline}" + "".join(f"    {n},{newline}" for n in names) + ")"
         head.append(line)
-    rebound = " = ".join(f"{m}.{local}" for m, (_, local) in binds.items())
-    tail = [f'{sub}.__module__ = "{libmod}"', f'{sub}.__name__ = {sub}.__qualname__ = "{name}"', f"{rebound} = {sub}"]
+    tail = [f'{sub}.__module__ = "{libmod}"', f'{sub}.__name__ = {sub}.__qualname__ = "{name}"', f"{' = '.join(rebound)} = {sub}"]
     why = "# named as the library's class, so that print(model) and pickles do not change"
     blank = cst.EmptyLine(indent=False)
     subclass = _subclass(ctx, lib, method, sub, f"{libmod}.{name}").with_changes(leading_lines=[blank])
