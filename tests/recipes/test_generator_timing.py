@@ -483,6 +483,28 @@ def test_clock_into_branch_methods(stmts, needle, guarded):
     ast.parse(out)
 
 
+def test_clock_into_branch_with_the_variable_timed_again():
+    stages = (
+        "t0 = time.perf_counter()\nx = x * 2\nif self.debug:\n    print('a', time.perf_counter() - t0)\n"
+        "t0 = time.perf_counter()\nx = x + 1\nif self.debug:\n    print('b', time.perf_counter() - t0)"
+    )
+    for nth in (0, 2):  # the two reads; lines 1 and 3 are the prints
+        source = FLAGGED.format(stmts=stages.replace("\n", "\n        "), helper="pass")
+        out = clock(source, "time.perf_counter()", recipe=ClockIntoBranch, nth=nth)
+        assert out is not None
+        guarded = out.count("        if self.debug:\n            t0 = time.perf_counter()\n")
+        assert guarded == 1 and out.count("t0 = time.perf_counter()") == 2
+    # a use after the loop reads the last binding of the loop body: not this block's straight line
+    looped = "for _ in range(2):\n    t0 = time.perf_counter()\n    x = x * 2\n    if self.debug:\n        print(t0)\nprint(t0)"
+    assert flagged(looped) is None
+    # the second stage reads the first binding unguarded
+    mixed = "t0 = time.perf_counter()\nx = x * 2\nif self.debug:\n    print(t0)\nself.last = t0\nt0 = time.perf_counter()\nif self.debug:\n    print(t0)"
+    assert flagged(mixed) is None
+    # a binding inside an `if` may or may not have run
+    nested = "t0 = time.perf_counter()\nif self.quiet:\n    t0 = 0.0\nif self.debug:\n    print(t0)"
+    assert flagged(nested) is None
+
+
 def test_clock_into_branch_in_a_function_with_a_flag_parameter():
     out = flagged(helper="t0 = time.perf_counter()\nx = x + 1\nif verbose:\n    print('took', time.perf_counter() - t0)")
     assert "    if verbose:\n        t0 = time.perf_counter()\n    x = x + 1\n" in out

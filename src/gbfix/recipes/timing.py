@@ -50,7 +50,9 @@ COND is a pure test of values that cannot change in between (flags set in
                                                  print(time.perf_counter() - t0)
 
 The clock is read at the same point whenever its value is used; when COND is
-false it was dead, and reading a clock has no effect. Dynamo folds a Python
+false it was dead, and reading a clock has no effect. A variable timed again
+for the next stage (``t0`` bound once per stage) is followed from each binding
+to the next, when every binding is a statement of the read's block. Dynamo folds a Python
 flag, so the graph has no break when it is off. When it is on (or for a test
 that varies from call to call, ``if step % every == 0:``) the read still
 breaks on those calls, and the verifier keeps the edit only if the site is gone
@@ -306,12 +308,7 @@ class ClockIntoBranch(Recipe):
         if stmt is None or not isinstance(fn, cst.FunctionDef) or not self._binds_clock(ctx, stmt):
             return None
         target = stmt.body[0].targets[0].target
-        scope = ctx.file.scopes.get(target)
-        bound = scope.assignments[target.value] if scope is not None else ()
-        if len(bound) != 1:
-            raise Decline(f"`{target.value}` is bound more than once")
-        (assignment,) = bound
-        tests = [self._guard(ctx, stmt, ref.node) for ref in assignment.references]
+        tests = [self._guard(ctx, stmt, use) for use in self._reached(ctx, stmt, target)]
         if not tests or any(t is None for t in tests) or any(not t.deep_equals(tests[0]) for t in tests):
             raise Decline(f"`{target.value}` is used outside one `if` test that follows the read")
         self._test = tests[0]
@@ -334,6 +331,45 @@ class ClockIntoBranch(Recipe):
             return False
         value = assign.value
         return isinstance(value, cst.Call) and not value.args and _Timing._is_clock(ctx, value)
+
+    @staticmethod
+    def _reached(ctx: SiteContext, read: cst.SimpleStatementLine, target: cst.Name) -> list[cst.CSTNode]:
+        """The uses of ``target`` that read the value this statement binds. With several
+        bindings (``t0`` timed again for the next stage) each must be a statement of the
+        read's own block, and each use lies below one of them in that block: it reads the
+        nearest binding above it."""
+        scope = ctx.file.scopes.get(target)
+        bound = list(scope.assignments[target.value]) if scope is not None else []
+        if not all(isinstance(a, Assignment) for a in bound):
+            raise Decline(f"`{target.value}` is bound by an import or a global declaration")
+        uses = list({id(r.node): r.node for a in bound for r in a.references}.values())
+        if len(bound) == 1:
+            return uses
+        block = ctx.file.parent(read)
+        body = list(getattr(block, "body", ()))
+
+        def position(node: cst.CSTNode) -> int | None:
+            """The index in the block of the statement holding ``node``."""
+            for n in (node, *ctx.ancestors(node)):
+                if ctx.file.parent(n) is block:
+                    return body.index(n)
+            return None
+
+        binds = []
+        for a in bound:
+            line = ctx.enclosing(cst.SimpleStatementLine, node=a.node)
+            if line is None or ctx.file.parent(line) is not block or not isinstance(line.body[0], cst.Assign):
+                raise Decline(f"`{target.value}` is bound more than once, not all by statements of one block")
+            binds.append(body.index(line))
+        mine, reached = body.index(read), []
+        for use in uses:
+            at = position(use)
+            before = [b for b in binds if at is not None and b < at]
+            if not before:
+                raise Decline(f"a use of `{target.value}` may read a value bound outside the block")
+            if max(before) == mine:
+                reached.append(use)
+        return reached
 
     @staticmethod
     def _guard(ctx: SiteContext, read: cst.SimpleStatementLine, use: cst.CSTNode) -> cst.BaseExpression | None:
