@@ -260,10 +260,11 @@ def test_logging_rule_examples_with_values_and_named_loggers(code, title, needle
     assert after == example.after
 
 
-def test_logging_rule_example_leaf():
-    example = _rule("GB0291", "a tensor in the message, on the eager backend")
-    assert rewrite_line(example.before, LoggerToOp, "logger.debug(", "GB0291", capabilities=ALL_CAPABILITIES) is None
-    assert rewrite_line(example.before, LoggerToLeaf, "logger.debug(", "GB0291", capabilities=ALL_CAPABILITIES) == example.after
+def test_logging_leaf_takes_what_the_op_declines():
+    # a torch.Size is neither plain nor a tensor: only the leaf (eager backend) takes it
+    stmt = 'logger.info("shape %s", x.shape)'
+    assert _log(stmt) is None
+    assert _log_call(stmt, recipe=LoggerToLeaf) == '_gbfix_log_leaf("logger", "info", "shape %s", x.shape)'
 
 
 def test_logging_op_helper():
@@ -277,7 +278,7 @@ def test_logging_op_helper():
     assert lines.index("def _gbfix_log_send(owner, name, method, args):") < lines.index("def _gbfix_log(owner, method, *args):")
     assert 'torch.library.register_fake(f"gbfix::log_{_gbfix_tag}", lambda *args: None, lib=_gbfix_lib)' in lines
     # the op writes to the sink: that keeps it in inductor's graph, in order
-    assert "        _gbfix_log_op(owner, name, method, kinds, texts, numbers, _gbfix_sink)" in lines
+    assert "        _gbfix_log_op(owner, name, method, of, texts, numbers, tensors, _gbfix_sink)" in lines
     assert "effects" not in out  # no private effect registration
     assert "_gbfix_log_named" not in out  # only the helper this site calls
     assert '        _gbfix_log("logger", "warning", "x")' in lines
@@ -371,20 +372,41 @@ def test_logging_op_self_logger(init, expected):
         'logger.setLevel("INFO")',
         'ok = logger.info("a")',  # the result is used
         "logger.info()",
-        # values that may be tensors: the helper would log them itself, breaking in its own code
-        'logger.debug("load %s", probs.mean(0))',
+        # values that may be neither plain nor a tensor: the helper would log them
+        # itself, breaking in its own code
         'logger.info("x %s", x)',  # a parameter not seen in an uncompiled run
         'logger.info("shape %s", x.shape)',  # a torch.Size
         'logger.info("n %s", x.size())',
-        'logger.info("t %s", torch.ones(1))',
-        'logger.info("x %s", x[0])',
+        'logger.info("xs %s", [x, x])',
+        'logger.info("xs %s", x.tolist())',
+        'logger.info("xs %s", tuple(x))',
+        'logger.info("n %s", n)',  # a local bound by a for loop
+        'logger.info("n %s", m)',  # a local assigned a torch.Size
     ],
 )
 def test_logging_op_declines(stmt):
-    assert _log(stmt) is None
+    module = LOG_MODULE.replace("        {stmt}", "        m = x.shape\n        for n in range(2):\n            {stmt}")
+    assert _log(stmt, module) is None
 
 
-@pytest.mark.parametrize("kind, fixed", [("int", True), ("float", True), ("tensor", False), ("other", False)])
+@pytest.mark.parametrize(
+    "stmt",
+    [
+        # tensors go to the op as tensors: the logger formats them at run time
+        'logger.debug("load %s", probs.mean(0))',
+        'logger.info("t %s", torch.ones(1))',
+        'logger.info("x %s", x[0])',
+        'logger.info("loss %.4f", loss)',  # a local assigned a call
+        'logger.info("w %s", self.weight)',  # an attribute chain (an nn.Parameter is logged by the logger itself)
+    ],
+)
+def test_logging_op_takes_tensors(stmt):
+    module = LOG_MODULE.replace("        {stmt}", "        probs = x.softmax(-1)\n        loss = (x * 2).mean()\n        {stmt}")
+    out = _log(stmt, module)
+    assert out is not None and f"_gbfix_log(\"logger\", \"{stmt.split('(')[0].split('.')[1]}\", " in out
+
+
+@pytest.mark.parametrize("kind, fixed", [("int", True), ("float", True), ("tensor", True), ("list", False), ("other", False)])
 def test_logging_op_parameter_kinds_from_an_uncompiled_run(kind, fixed):
     from gbfix.records import ObservedCall, ValueSpec
 
@@ -419,7 +441,7 @@ def _send(rewritten_module: str) -> dict:
 
     tree = _ast.parse(rewritten_module)
     defs = [n for n in tree.body if isinstance(n, _ast.FunctionDef) and n.name.startswith("_gbfix_log")]
-    env: dict = {"_gbfix_sink": None}
+    env: dict = {"_gbfix_sink": None, "torch": types.SimpleNamespace(Tensor=type("Tensor", (), {}))}
     exec(compile(_ast.Module(body=defs, type_ignores=[]), "<helpers>", "exec"), env)
     env["_gbfix_log_op"] = env["_gbfix_log_impl"]
     return env

@@ -18,15 +18,16 @@ time. Two helpers, the first preferred:
       logger.warning_once(f"{cls} is slow")  ->  _gbfix_log("logger", "warning_once", f"{cls} is slow")
       logger.info("step %d", step)           ->  _gbfix_log("logger", "info", "step %d", step)
 
-  The helper runs while Dynamo traces it: it hands strings, numbers and None to
-  the op by kind (the op's arguments are typed; a number Dynamo made symbolic,
-  a step or a size, travels as a Scalar and is known at run time), and the op
-  calls the method with the same arguments, rebuilt in order: the record's
-  msg/args are the original's, and so is what a ``*_once`` method (an
-  ``lru_cache`` on its arguments: once per process per distinct arguments)
-  counts as a repeat. Any other value (a tensor, a ``torch.Size``) makes the
-  helper call the logger itself, which breaks again, at the helper: the
-  verifier rejects the edit and the next recipe is tried.
+  The helper runs while Dynamo traces it: it hands strings, numbers, tensors
+  and None to the op by kind (the op's arguments are typed; a number Dynamo
+  made symbolic, a step or a size, travels as a Scalar and is known at run
+  time; a tensor is computed by the graph and formatted by the logger at run
+  time), and the op calls the method with the same arguments, rebuilt in
+  order: the record's msg/args are the original's, and so is what a
+  ``*_once`` method (an ``lru_cache`` on its arguments: once per process per
+  distinct arguments) counts as a repeat. An argument that may be anything else
+  (``x.shape``, a list) is declined (see ``_not_a_plain_value``): the helper
+  would call the logger itself, which breaks again in the helper's code.
   A logger that is not a module global is found by its name when that name is
   known: ``logging.getLogger(__name__).info(...)`` written inline (Dynamo
   first breaks inside ``getLogger``, GB6215) and ``self.logger.info(...)``
@@ -60,11 +61,11 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from gbfix.records import ValueSpec
 from gbfix.recipes.base import Decline, Recipe, SiteContext
+from gbfix.recipes.tree import nodes
 from gbfix.recipes.print_call import (
     builtin_at,
     call_at,
     global_bindings,
-    is_builtin,
     is_module_global,
     qualified_names,
     str_literal,
@@ -95,9 +96,10 @@ _gbfix_sink = torch.empty(0)
 
 # What logger-to-op's helpers share. The arguments reach the op by kind, as its
 # schema types them: strings as text, numbers (sizes and steps that Dynamo made
-# symbolic too) as Scalars, None as a mark; the op rebuilds them in order, so the
-# logger's method gets the very arguments of the original call: the record's
-# msg/args and a `*_once` method's cache (keyed on the arguments) are the same.
+# symbolic too) as Scalars, tensors as tensors (computed by the graph before the
+# op runs), None as a mark; the op rebuilds them in order, so the logger's method
+# gets the very arguments of the original call: the record's msg/args and a
+# `*_once` method's cache (keyed on the arguments) are the same.
 LOG_OP = ("_gbfix_log_send", '''\
 def _gbfix_logger(owner, name):
     # Added by gbfix: the logger, by the name of its module global or by its own
@@ -106,16 +108,18 @@ def _gbfix_logger(owner, name):
     return globals()[owner] if owner is not None else __import__("logging").getLogger(name)
 
 
-def _gbfix_log_impl(owner, name, method, kinds, texts, numbers, sink):
+def _gbfix_log_impl(owner, name, method, kinds, texts, numbers, tensors, sink):
     # Added by gbfix: the body of the op below, run at run time inside compiled
-    # graphs: the arguments back in order (s: text, n: number, -: None).
-    texts, numbers = iter(texts), iter(numbers)
-    args = [next(texts) if k == "s" else next(numbers) if k == "n" else None for k in kinds]
+    # graphs: the arguments back in order (s: text, n: number, t: tensor, -: None).
+    texts, numbers, tensors = iter(texts), iter(numbers), iter(tensors)
+    pick = {"s": texts, "n": numbers, "t": tensors}
+    args = [next(pick[k]) if k in pick else None for k in kinds]
     getattr(_gbfix_logger(owner, name), method)(*args)
 
 
 _gbfix_lib.define(
-    f"log_{_gbfix_tag}(str? owner, str? name, str method, str kinds, str[] texts, Scalar[] numbers, Tensor(a!) sink) -> ()"
+    f"log_{_gbfix_tag}(str? owner, str? name, str method, str kinds, str[] texts, Scalar[] numbers, "
+    "Tensor[] tensors, Tensor(a!) sink) -> ()"
 )
 _gbfix_lib.impl(f"log_{_gbfix_tag}", _gbfix_log_impl, "CompositeExplicitAutograd")
 torch.library.register_fake(f"gbfix::log_{_gbfix_tag}", lambda *args: None, lib=_gbfix_lib)
@@ -123,14 +127,17 @@ _gbfix_log_op = getattr(torch.ops.gbfix, f"log_{_gbfix_tag}")
 
 
 def _gbfix_log_send(owner, name, method, args):
-    # Added by gbfix: runs while Dynamo traces. Strings, numbers and None go to the
-    # op (exact types: a str or float subclass would print differently); anything
-    # else, a tensor say, is logged by the logger itself, which Dynamo cannot trace.
-    if all(type(a) in (str, int, float, bool, type(None)) for a in args):
-        kinds = "".join("s" if type(a) is str else "-" if a is None else "n" for a in args)
-        texts = [a for a in args if type(a) is str]
-        numbers = [a for a in args if type(a) in (int, float, bool)]
-        _gbfix_log_op(owner, name, method, kinds, texts, numbers, _gbfix_sink)
+    # Added by gbfix: runs while Dynamo traces. Strings, numbers (exact types: a
+    # subclass would print differently), tensors and None go to the op (a tensor
+    # subclass, an nn.Parameter, reaches the logger as a plain tensor, and prints
+    # so); anything else is logged by the logger itself, which Dynamo cannot trace.
+    kinds = {str: "s", int: "n", float: "n", bool: "n", type(None): "-"}
+    of = "".join("t" if isinstance(a, torch.Tensor) else kinds.get(type(a), "?") for a in args)
+    if "?" not in of:
+        texts = [a for a, k in zip(args, of) if k == "s"]
+        numbers = [a for a, k in zip(args, of) if k == "n"]
+        tensors = [a for a, k in zip(args, of) if k == "t"]
+        _gbfix_log_op(owner, name, method, of, texts, numbers, tensors, _gbfix_sink)
     else:
         getattr(_gbfix_logger(owner, name), method)(*args)
 ''')
@@ -318,48 +325,77 @@ def arglist(call: cst.Call, args: list[cst.Arg]) -> list[cst.Arg]:
     return out
 
 
-# Calls whose result is a str or a number (or that break at the call itself, as
-# int(t) does): the op takes them. `size`/`dim`/`numel` with an index give a size.
-_PLAIN_CALLS = frozenset({"len", "int", "float", "str", "repr", "round", "bool", "format"})
-_PLAIN_METHODS = frozenset({"size", "dim", "numel", "format", "join", "lower", "upper", "strip", "replace"})
-_PLAIN_KINDS = frozenset({"int", "float", "bool", "str", "none"})
+# Calls whose result may be a list, a tuple or a torch.Size: neither a plain value nor a tensor.
+_CONTAINER_CALLS = frozenset({"list", "tuple", "dict", "set", "sorted", "zip", "map", "range", "enumerate"})
+_CONTAINER_METHODS = frozenset({"tolist", "items", "keys", "values", "split", "chunk", "unbind", "named_parameters"})
+_OP_KINDS = frozenset({"int", "float", "bool", "str", "none", "tensor"})
 
 
-def _not_a_plain_value(ctx: SiteContext, node: cst.BaseExpression) -> str | None:
-    """Why ``node`` may not be a str, a number or None while Dynamo traces, or None.
+def _not_a_plain_value(ctx: SiteContext, node: cst.BaseExpression, seen: frozenset[str] = frozenset()) -> str | None:
+    """Why ``node`` may be something else than a str, a number, a tensor or None
+    while Dynamo traces (a list, a tuple, a ``torch.Size``), or None.
 
     The helper sends anything else to the logger itself, which breaks in the
-    helper's code, where the verifier does not look for the edit's breaks: so an
-    argument that may be a tensor is declined here. Attribute chains (``self.idx``,
-    ``self.config.model_type``) and module globals are taken as plain values.
+    helper's code, where the verifier does not look for the edit's breaks: so such
+    an argument is declined here. Attribute chains (``self.idx``), calls (``t.mean()``),
+    subscripts and module globals are taken; a parameter by its kinds in an
+    uncompiled run; a local by what its assignments assign.
     """
-    if isinstance(literal(ctx, node), (str, int, float, type(None))):
-        return None
-    if isinstance(node, (cst.FormattedString, cst.ConcatenatedString)):
-        return None  # a str, built at the call (a tensor in a field breaks there)
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.left, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
-        return None  # "..." % x, "..." + s: a str or an error at the call
-    if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Attribute) and node.value.attr.value == "shape":
-        return None  # x.shape[i]: a size
+    if isinstance(node, (cst.Tuple, cst.List, cst.Set, cst.Dict, cst.ListComp, cst.SetComp, cst.DictComp)):
+        return "is a container"
+    if isinstance(node, (cst.GeneratorExp, cst.Lambda)):
+        return "is not a value the op can take"
     if isinstance(node, cst.Attribute):
-        if node.attr.value in ("shape",):
-            return "is a torch.Size, which the op cannot take"
-        return None if _is_chain(node) else "may be a tensor"
+        return "is a torch.Size" if node.attr.value == "shape" else None
     if isinstance(node, cst.Call):
         func = node.func
-        if isinstance(func, cst.Name) and func.value in _PLAIN_CALLS and is_builtin(ctx, func):
-            return None
-        if isinstance(func, cst.Attribute) and func.attr.value in _PLAIN_METHODS and node.args:
-            return None
-        return "may return a tensor"
-    if isinstance(node, cst.Name):
+        if isinstance(func, cst.Name) and func.value in _CONTAINER_CALLS:
+            return "may be a container"
+        if isinstance(func, cst.Attribute) and (
+            func.attr.value in _CONTAINER_METHODS or (func.attr.value == "size" and not node.args)
+        ):
+            return "may be a container or a torch.Size"
+        return None
+    if isinstance(node, cst.Name) and node.value not in ("True", "False", "None"):
         fn = ctx.enclosing(cst.FunctionDef, node=node)
         if fn is not None and _parameter(fn, node):
             calls = ctx.observed.get((ctx.site.path, ctx.file.span(fn.decorators[0] if fn.decorators else fn)[0][0]), ())
             kinds = {dict(c.args).get(node.value, ValueSpec("other")).kind for c in calls}
-            return None if calls and kinds <= _PLAIN_KINDS else f"was {sorted(kinds) or 'not seen'} in an uncompiled run"
-        return None if is_module_global(ctx, node) else "is a local that may hold a tensor"
-    return "may be a tensor"
+            return None if calls and kinds <= _OP_KINDS else f"was {sorted(kinds) or 'not seen'} in an uncompiled run"
+        if fn is not None and not is_module_global(ctx, node):
+            return "is assigned from itself" if node.value in seen else _local_values(ctx, fn, node.value, seen)
+    return None
+
+
+def _local_values(ctx: SiteContext, fn: cst.FunctionDef, name: str, seen: frozenset[str]) -> str | None:
+    """Why local ``name`` of ``fn`` may hold a container, or None: every binding is
+    a plain assignment of a value that is not one."""
+    bound = [
+        n
+        for n in nodes(fn, (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.For, cst.WithItem, cst.NamedExpr, cst.CompFor))
+        if name in _bound_names(n)
+    ]
+    if not bound:
+        return "is not bound in the function"
+    for n in bound:
+        if not isinstance(n, (cst.Assign, cst.AnnAssign)) or n.value is None:
+            return f"is bound by {type(n).__name__}"
+        if any(isinstance(t.target, (cst.Tuple, cst.List)) for t in getattr(n, "targets", ())):
+            return "is unpacked"
+        why = _not_a_plain_value(ctx, n.value, seen | {name})
+        if why:
+            return f"is assigned {ctx.code(n.value)}, which {why}"
+    return None
+
+
+def _bound_names(node: cst.CSTNode) -> set[str]:
+    if isinstance(node, cst.Assign):
+        targets = [t.target for t in node.targets]
+    elif isinstance(node, (cst.AnnAssign, cst.AugAssign, cst.For, cst.NamedExpr, cst.CompFor)):
+        targets = [node.target]
+    else:  # WithItem
+        targets = [node.asname.name] if node.asname is not None else []
+    return {n.value for t in targets for n in nodes(t, cst.Name)}
 
 
 def _is_chain(node: cst.BaseExpression) -> bool:
