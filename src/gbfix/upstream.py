@@ -17,7 +17,7 @@ dotted module of the file holding the break, ``function`` its qualified name
 (``Class.method``, or a module-level function's name), ``code`` the root GB
 code, and ``measured`` maps release versions (numbers and dots) to
 ``"breaks"`` or ``"fixed"`` (that site is gone at that version, the program
-otherwise the same). For a break whose stack runs through such a site, the
+otherwise the same); an optional ``program`` says what was run. For a break whose stack runs through such a site, the
 report tells the user the first measured release after the installed one
 that no longer breaks there, or, when every newer one measured still does,
 the newest of them. Versions not newer than the installed one say nothing.
