@@ -291,6 +291,36 @@ def test_comparison_declines(body):
     assert at(fn(body), "t.item()") is None
 
 
+@pytest.mark.parametrize(
+    "body, read, expected",
+    [
+        ("return x * (t.item() * scale)", "t.item()", "return x * (t.detach().reshape(()).double() * scale)\n"),
+        ("return x - (n + t.item())", "t.item()", "return x - (n + t.detach().reshape(()).double())\n"),
+        ("return x * (t.long().item() * scale)", "t.long().item()", "return x * (t.long().detach().reshape(()).double() * scale)\n"),
+        (
+            "s = t.float().sum().item() * n + 1e-6\nreturn x / s",
+            "t.float().sum().item()",
+            "s = t.float().sum().detach().double() * n + 1e-6\n",
+        ),
+    ],
+)
+def test_arithmetic_with_number_parameters(body, read, expected):
+    assert expected in at(fn(body, "x: torch.Tensor, t: torch.Tensor, scale: float, n: int"), read)
+
+
+@pytest.mark.parametrize(
+    "body, read",
+    [
+        ("return x * (t.item() / n)", "t.item()"),  # n == 0 raises ZeroDivisionError in Python
+        ("return x * (t.long().item() * n)", "t.long().item()"),  # int 0 * -n is 0, float64 gives -0.0
+        ("return x * (t.item() * m)", "t.item()"),  # m is not annotated
+        ("return x * (t.item() ** n)", "t.item()"),
+    ],
+)
+def test_arithmetic_with_number_parameters_declines(body, read):
+    assert at(fn(body, "x: torch.Tensor, t: torch.Tensor, scale: float, n: int, m"), read) is None
+
+
 def test_loss_normalize_fixture():
     source = (RULES.parent / "tests" / "fixtures" / "realworld" / "loss_normalize" / "losses.py").read_text()
     out = at(source, "(labels != ignore_index).sum().item()")

@@ -687,7 +687,8 @@ class ItemToTensor(Recipe):
 
     @staticmethod
     def _climb(f: _Facts, node: cst.BaseExpression, is_float: bool) -> tuple[cst.BaseExpression, bool, bool] | None:
-        """Follow the value through arithmetic with numeric literals (`s + 1e-6`, `-s`):
+        """Follow the value through arithmetic with numeric literals (`s + 1e-6`, `-s`) and
+        with parameters annotated int/float/bool (`s * scale`, no division by one):
         (the outermost such expression, whether there was any, whether Python's value is a
         float by then), or None to decline. The rewrite runs that arithmetic in float64,
         which matches Python's float (and int, below 2**53) arithmetic bit for bit, except
@@ -708,6 +709,14 @@ class ItemToTensor(Recipe):
                 if isinstance(op, cst.Divide) and (up.right is node or literal == 0):
                     return None
                 is_float = is_float or isinstance(literal, float) or isinstance(op, cst.Divide)
+            elif isinstance(up, cst.BinaryOperation) and f._python_number(up.right if up.left is node else up.left):
+                # a parameter annotated int/float/bool: its value (and sign) is not known
+                op, kind = up.operator, f.ctx.code(f.bindings(up.right if up.left is node else up.left)[0].annotation.annotation)
+                if not isinstance(op, (cst.Add, cst.Subtract, cst.Multiply)):
+                    return None  # `/` by it: 0 raises ZeroDivisionError in Python, a tensor gives inf
+                if isinstance(op, cst.Multiply) and not is_float and kind != "float":
+                    return None  # Python's int 0 * -n is 0; float64 gives -0.0
+                is_float = is_float or kind == "float"
             else:
                 return node, chained, is_float
             chained = True
