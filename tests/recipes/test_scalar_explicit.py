@@ -321,6 +321,32 @@ def test_arithmetic_with_number_parameters_declines(body, read):
     assert at(fn(body, "x: torch.Tensor, t: torch.Tensor, scale: float, n: int, m"), read) is None
 
 
+@pytest.mark.parametrize(
+    "body, read, expected",
+    [
+        ("return x + torch.full((3,), t.item())", "t.item()", "return x + torch.full((3,), t.detach().reshape(()))\n"),
+        ("m = t.max().item()\nreturn torch.full(x.shape, m, dtype=x.dtype)", "t.max().item()", "m = t.max().detach()\n"),
+        ("return torch.full(size=(2,), fill_value=int(t.long().sum()))", "int(t.long().sum())", "fill_value=t.long().sum().detach()"),
+        ("y = x.clone()\ny.fill_(t.item())\nreturn y", "t.item()", "y.fill_(t.detach().reshape(()))\n"),  # read as the call runs: no snapshot
+    ],
+)
+def test_fill_values(body, read, expected):
+    assert expected in at(fn(body), read)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "return torch.full((3,), t.long().item() + 1)",  # .double() would make an int fill a float
+        "return x.new_full((3,), t.item())",  # Dynamo breaks on a tensor fill here
+        "return torch.full_like(x, t.item())",
+        "return torch.full((int(t.item()),), 2.0)",  # a size
+    ],
+)
+def test_fill_declines(body):
+    assert at(fn(body), "t.item()" if "t.item()" in body else "t.long().item()") is None
+
+
 def test_loss_normalize_fixture():
     source = (RULES.parent / "tests" / "fixtures" / "realworld" / "loss_normalize" / "losses.py").read_text()
     out = at(source, "(labels != ignore_index).sum().item()")

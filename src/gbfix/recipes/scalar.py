@@ -124,6 +124,7 @@ _LOSSES = _words("cross_entropy nll_loss binary_cross_entropy binary_cross_entro
 # What the other operand of a use is (see ItemToTensor._feeds_tensor).
 _DIMENSIONED = "dimensioned"
 _ZERO_DIM_FLOAT = "0-dim float"
+_FILL = "fill"
 
 def _number(expr: cst.BaseExpression) -> float | int | None:
     """The value of a real numeric literal (`2`, `1e-6`, `-0.5`), else None."""
@@ -648,6 +649,8 @@ class ItemToTensor(Recipe):
         # 0-dim tensor alike; a float64 one (`.double()` below) would win over float32.
         if _ZERO_DIM_FLOAT in partners and not (int_read and not chained):
             return None
+        if _FILL in partners and chained:
+            return None  # `.double()` would make an int's fill a float
         self._new = self._as_tensor(
             call, source, zero_dim=f.zero_dim(source), double=chained, snapshot=not (f.fresh(source) or quiet)
         )
@@ -726,7 +729,8 @@ class ItemToTensor(Recipe):
     def _feeds_tensor(f: _Facts, top: cst.BaseExpression) -> str | None:
         """How the value at ``top`` meets a tensor: `_DIMENSIONED` (an operand whose dtype
         wins over any 0-dim tensor), `_ZERO_DIM_FLOAT` (a 0-dim floating tensor: only an
-        integer read keeps the result dtype), or None (another use)."""
+        integer read keeps the result dtype), `_FILL` (`torch.full`'s fill, whose category
+        alone picks the dtype), or None (another use)."""
         up = f.parent(top)
         if isinstance(up, cst.BinaryOperation) and isinstance(up.operator, _SCALAR_OPS):
             # `s / x` runs as x.reciprocal() * s for a Python s: one rounding more than div
@@ -746,6 +750,9 @@ class ItemToTensor(Recipe):
             return _DIMENSIONED if isinstance(up.target, cst.Name) and f.tensor(up.target) else None
         if isinstance(up, cst.Arg) and up.value is top and not up.star:
             call = f.parent(up)
+            fill = ItemToTensor._fill(f, call, up) if isinstance(call, cst.Call) else None
+            if fill is not None:
+                return fill
             subject = ItemToTensor._arg_subject(f, call, up) if isinstance(call, cst.Call) else None
             return None if subject is None else ItemToTensor._partner(f, subject)
         return None
@@ -758,6 +765,20 @@ class ItemToTensor(Recipe):
         if f.dtype(e) != "int" and not f.zero_dim(e, maybe=True):
             return _DIMENSIONED
         return _ZERO_DIM_FLOAT if f.dtype(e) == "float" else None
+
+    @staticmethod
+    def _fill(f: _Facts, call: cst.Call, arg: cst.Arg) -> str | None:
+        """`torch.full(size, s)`: the fill's category (bool/int/float) picks the dtype, the same
+        for a Python number and a 0-dim tensor (`_FILL`); `x.fill_(s)` keeps x's dtype."""
+        recv, method, fn = f.callee(call)
+        pos = _positional(call)
+        index = next((i for i, v in enumerate(pos) if v is arg.value), None)
+        key = arg.keyword.value if arg.keyword is not None else None
+        if fn == "torch.full" and (index == 1 or key == "fill_value"):
+            return _FILL
+        if fn is None and method == "fill_" and (index == 0 or key == "value") and f.tensor(recv):
+            return _DIMENSIONED
+        return None
 
     @staticmethod
     def _arg_subject(f: _Facts, call: cst.Call, arg: cst.Arg) -> cst.BaseExpression | None:
