@@ -42,7 +42,7 @@ def installed(tmp_path: Path, monkeypatch, version: str = "0.9.0") -> Path:
 
 
 def data(tmp_path: Path, measured: dict, function: str = "Mixer.forward", code: str = "GB0059") -> tuple[upstream.Known, ...]:
-    site = {"package": "tinylib", "module": "tinylib.blocks", "function": function, "code": code, "measured": measured}
+    site = {"package": "tinylib", "path": "tinylib/blocks.py", "function": function, "code": code, "measured": measured}
     path = tmp_path / "upstream.json"
     path.write_text(json.dumps({"format": 1, "sites": [site]}))
     return upstream.load(path)
@@ -99,9 +99,9 @@ def test_a_package_not_installed(tmp_path):
     "doc",
     [
         {"format": 2, "sites": []},
-        {"format": 1, "sites": [{"package": "p", "module": "p", "function": "f", "code": "GB0059", "measured": {"1.0": "gone"}}]},
-        {"format": 1, "sites": [{"package": "p", "module": "p", "function": "f", "code": "GB0059", "measured": {"1.0rc1": "fixed"}}]},
-        {"format": 1, "sites": [{"package": "p", "module": "p", "function": "f", "code": "GB0059", "measured": {}}]},
+        {"format": 1, "sites": [{"package": "p", "path": "p.py", "function": "f", "code": "GB0059", "measured": {"1.0": "gone"}}]},
+        {"format": 1, "sites": [{"package": "p", "path": "p.py", "function": "f", "code": "GB0059", "measured": {"1.0rc1": "fixed"}}]},
+        {"format": 1, "sites": [{"package": "p", "path": "p.py", "function": "f", "code": "GB0059", "measured": {}}]},
     ],
     ids=["format", "verdict", "version", "empty"],
 )

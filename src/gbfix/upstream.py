@@ -7,13 +7,14 @@ per break site, the versions measured and whether each still breaks there:
 
     {"format": 1,
      "sites": [{"package": "transformers",
-                "module": "transformers.models.bart.modeling_bart",
+                "path": "transformers/models/bart/modeling_bart.py",
                 "function": "BartDecoder.forward",
                 "code": "GB0291",
                 "measured": {"4.44.2": "breaks", "5.23.0": "fixed"}}]}
 
-``package`` is the distribution's name (what pip installs), ``module`` the
-dotted module of the file holding the break, ``function`` its qualified name
+``package`` is the distribution's name (what pip installs), ``path`` the
+file holding the break from its top-level package folder on (``path::function::code``
+is the census's key of a site), ``function`` its qualified name
 (``Class.method``, or a module-level function's name), ``code`` the root GB
 code, and ``measured`` maps release versions (numbers and dots) to
 ``"breaks"`` or ``"fixed"`` (that site is gone at that version, the program
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from gbfix.recipes.library_class import method_spans, module_name
+from gbfix.recipes.library_class import method_spans
 from gbfix.records import Break, Frame
 
 DATA = Path(__file__).resolve().parent / "data" / "upstream.json"
@@ -46,7 +47,7 @@ class Known:
     """One break site of a package, as measured at several of its versions."""
 
     package: str
-    module: str
+    path: str  # from the top-level package folder: transformers/models/bart/modeling_bart.py
     function: str
     code: str
     measured: tuple[tuple[str, str], ...]  # (version, "breaks" | "fixed"), oldest first
@@ -63,7 +64,7 @@ def load(path: Path = DATA) -> tuple[Known, ...]:
         if not measured or set(measured.values()) - _VERDICTS or not all(map(_is_release, measured)):
             raise ValueError(f"{path}: {site.get('function')}: measured must map release versions to breaks/fixed")
         ordered = tuple(sorted(measured.items(), key=lambda kv: _release(kv[0])))
-        out.append(Known(site["package"], site["module"], site["function"], site["code"], ordered))
+        out.append(Known(site["package"], site["path"], site["function"], site["code"], ordered))
     return tuple(out)
 
 
@@ -77,24 +78,27 @@ def note(brk: Break, code: str, known: tuple[Known, ...] | None = None) -> str |
     known = _shipped() if known is None else known
     if not known:
         return None
-    modules = {k.module for k in known}
+    paths = {k.path for k in known}
     for frame in reversed(brk.stack):
-        where = _where(frame, modules)
+        where = _where(frame, paths)
         if where is None:
             continue
-        module, function = where
+        path, function = where
         for k in known:
-            if (k.module, k.function, k.code) == (module, function, code):
+            if (k.path, k.function, k.code) == (path, function, code):
                 installed = _installed(k.package)
                 return None if installed is None else _message(k, installed)
     return None
 
 
-def _where(frame: Frame, modules: set[str]) -> tuple[str, str] | None:
-    """(dotted module, qualified function) of a frame whose module the data names."""
+def _where(frame: Frame, paths: set[str]) -> tuple[str, str] | None:
+    """(path from the top-level package folder, qualified function) of a frame whose file the data names."""
     path = Path(os.path.realpath(frame.file))
-    module = module_name(path)
-    if module not in modules:
+    root = path.parent
+    while (root / "__init__.py").is_file():
+        root = root.parent
+    relative = path.relative_to(root).as_posix()
+    if relative not in paths:
         return None
     try:
         st = os.stat(path)
@@ -102,7 +106,7 @@ def _where(frame: Frame, modules: set[str]) -> tuple[str, str] | None:
     except (OSError, SyntaxError, ValueError):
         return None
     cls = next((c for c, name, a, b in spans if name == frame.name and a <= frame.line <= b), None)
-    return module, frame.name if cls is None else f"{cls}.{frame.name}"
+    return relative, frame.name if cls is None else f"{cls}.{frame.name}"
 
 
 def _installed(package: str) -> str | None:

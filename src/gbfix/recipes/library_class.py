@@ -290,21 +290,16 @@ def _library(frame: Frame) -> tuple[Path, ParsedFile]:
         raise _Decline(f"cannot read {path}") from e
 
 
-def module_name(path: Path) -> str | None:
+def _module_name(path: Path) -> str:
     """The dotted name a file is imported under: its package folders (with ``__init__.py``) and stem."""
     parts = [] if path.name == "__init__.py" else [path.stem]
     folder = path.parent
     while (folder / "__init__.py").is_file():
         parts.insert(0, folder.name)
         folder = folder.parent
-    return ".".join(parts) if parts and all(p.isidentifier() for p in parts) else None
-
-
-def _module_name(path: Path) -> str:
-    name = module_name(path)
-    if name is None:
+    if not parts or not all(p.isidentifier() for p in parts):
         raise _Decline("not an importable module")
-    return name
+    return ".".join(parts)
 
 
 def _method_at(lib: ParsedFile, frame: Frame) -> tuple[cst.ClassDef, cst.FunctionDef]:
