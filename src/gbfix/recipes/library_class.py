@@ -50,8 +50,8 @@ imported under the same name (the library's own import, made absolute, or
 ``from <library module> import <name>``); a name the user's file already binds
 to something else is declined, as are methods that would mean something else
 in another class or module: async methods, decorators other than torch's
-(``torch.no_grad()``, ``autocast(...)``, ``torch.jit.ignore``: they are copied with
-the method), ``super()``,
+grad, autocast and TorchScript markers and transformers' docstring setters
+and plain forward wrappers (those are copied with the method), ``super()``,
 ``__class__``, ``type(self)``, name-mangled ``__x`` names,
 ``global``/``nonlocal``, ``globals()``/``locals()`` and frame introspection,
 module dunders (``__name__``), and library globals rebound at run time
@@ -99,8 +99,9 @@ its layers) gets the subclass in those entries too. Declined: any other read
 of the class while the library is imported (a subclass's base, a class
 attribute: those keep the original class), which is also what ``isinstance``
 of an instance of another subclass would get wrong after the rebinding; names
-of the patch the user's file binds otherwise. A construction that runs before the patch (at import of
-a module imported above it) leaves the break, and the verifier rejects the edit.
+of the patch the user's file binds otherwise. A construction that runs before
+the patch (at import of a module imported above it) leaves the break, and the
+verifier rejects the edit.
 
 Four recipes with the safety of the recipes they apply: ``library-class`` and
 ``library-patch`` apply the safe ones, ``library-class-unsafe`` and
@@ -189,8 +190,8 @@ _INNER = _inner_recipes()
 
 class _LibraryClass(Recipe):
     """The recipes of this module: find the library method, copy it into a subclass,
-    run the inner recipes there; this one and its subclasses construct the subclass
-    in the user's code."""
+    run the inner recipes there. Here the user's code constructs the subclass;
+    ``_LibraryPatch`` binds it in the library instead (its own ``_build``)."""
 
     rule = "GB0059"
 
@@ -730,8 +731,9 @@ def _patch(ctx: SiteContext, safety: Safety) -> cst.Module:
 
 def _patch_import(lib: ParsedFile, libmod: str, name: str) -> tuple[str, str | None, str | None]:
     """How the patch binds a global the method reads: a name of the library's own
-    package from the defining module (the guard holds for that module's text, not
-    for the files it imports from), others as the library imports them."""
+    package from the defining module (the method reads that module's global, and
+    the library may move where it is defined between releases), others (torch,
+    typing) as the library imports them."""
     imp = _import_for(lib, libmod, name)
     return (libmod, name, None) if imp[0].split(".")[0] == libmod.split(".")[0] else imp
 
