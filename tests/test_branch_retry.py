@@ -1,4 +1,6 @@
-"""An edit rejected while its span held other breaks is tried again once they are fixed.
+"""A branch whose arm holds another break is proposed again once that break is fixed:
+declined (the file's version is remembered in ``hopeless``) or rejected while its
+span held other breaks (``rejected`` remembers the version too).
 
 tests/fixtures/branch_retry: round 1 tries branch-to-cond for the `if`, whose
 false branch holds `h[m > 0]` (GB0036); torch.cond cannot capture that and the
@@ -57,3 +59,15 @@ def test_a_rejection_with_nothing_inside_its_span_is_final(tmp_path: Path):
     assert ("print-to-op", "applied") in outcomes and result.fixed  # the file changed in round 1
     assert [r for r, _ in outcomes].count("branch-to-cond") == 1
     assert ("branch-to-cond", "rejected:output-mismatch") in outcomes
+
+
+def test_declined_branch_is_proposed_again_once_its_arm_is_fixed(tmp_path: Path):
+    # Round 1: the `if` declines (its arm calls .item()); item-to-tensor fixes the read.
+    # Round 2: the file changed, so the `if` is proposed again and becomes a torch.where.
+    shutil.copytree(FIXTURE, tmp_path, dirs_exist_ok=True)
+    script = (tmp_path / "item_arm.py").resolve()
+    result = engine.fix([script], parse_entry("python item_arm.py", tmp_path), engine.Options())
+    assert {f.code: f.status for f in result.findings} == {"GB0170": "fixed", "GB0124": "fixed"}
+    applied = [o.edit.recipe for o in result.outcomes if o.status == "applied"]
+    assert applied[-1] == "branch-to-where" and len(applied) == 2
+    assert "    h = torch.where(h.abs().max() > 0.5, h * ref.max()" in result.fixed[script].decode()
