@@ -1487,3 +1487,23 @@ def test_cond_on_a_flag_in_a_local():
             return torch.cond(empty, lambda: hidden.mean(0), lambda: (hidden * mask).sum(0))
         """
     )
+
+
+def test_general_path_takes_a_count_of_a_boolean_mask_as_any():
+    source = """
+    def f(scores, ids):
+        pad = ids == 0
+        if pad.sum() > 0:
+            scores = scores.masked_fill(pad[:, None, :], float("-inf"))
+        return scores
+    """
+    assert fix(source, BranchToGeneralPath, "pad.sum() > 0") == body(
+        """
+        def f(scores, ids):
+            pad = ids == 0
+            scores = scores.masked_fill(pad[:, None, :], float("-inf"))
+            return scores
+        """
+    )
+    assert fix(source.replace("> 0", "> 1"), BranchToGeneralPath, "pad.sum() > 1") is None  # more than one: not any()
+    assert fix(source.replace("pad.sum()", "pad.sum(-1).max()"), BranchToGeneralPath, "pad.sum(-1)") is None

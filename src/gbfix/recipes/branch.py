@@ -1058,7 +1058,16 @@ def _is_bool(expr: cst.BaseExpression, scope: cst.CSTNode) -> bool:
 
 
 def _any_of(test: cst.BaseExpression) -> cst.BaseExpression | None:
-    """M when the test is `M.any()` / `torch.any(M)`."""
+    """M when the test is `M.any()` / `torch.any(M)`, or `M.sum() > 0` / `!= 0` (the
+    same test for the boolean M the callers require)."""
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        (c,) = test.comparisons
+        zero = isinstance(c.comparator, cst.Integer) and c.comparator.value == "0"
+        if zero and isinstance(c.operator, (cst.GreaterThan, cst.NotEqual)) and isinstance(test.left, cst.Call):
+            recv, name = called(test.left)
+            if name == "sum" and recv is not None and not test.left.args and not _is_torch_call(test.left):
+                return recv
+        return None
     if not isinstance(test, cst.Call) or called(test)[1] != "any":
         return None
     if _is_torch_call(test):
