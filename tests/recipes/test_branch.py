@@ -1215,10 +1215,10 @@ GENERAL_FINITE_CASES = {
                 return h
         """,
     ),
-    "isnan or isinf in a flag": (
+    "isnan | isinf in a flag": (
         """
         def f(h):
-            bad = torch.isnan(h).any() or torch.isinf(h).any()
+            bad = torch.isnan(h).any() | torch.isinf(h).any()
             if bad:
                 h = torch.nan_to_num(h)
             return h
@@ -1226,7 +1226,7 @@ GENERAL_FINITE_CASES = {
         "if bad:",
         """
         def f(h):
-            bad = torch.isnan(h).any() or torch.isinf(h).any()
+            bad = torch.isnan(h).any() | torch.isinf(h).any()
             h = torch.nan_to_num(h)
             return h
         """,
@@ -1382,12 +1382,14 @@ UNCHECKED_DECLINES = {
     "exp on the unselected arm": "if x.max() < 10:\n        x = x @ w.exp()",
     "division by data": "if x.max() > 0:\n        x = (x @ w) / x.max()",
     "a submodule call": "if x.max() > 0:\n        x = self.proj(x)",
+    # torch.where would turn a Python number into a tensor
+    "no sign the target is a tensor": "if x.max() > 0:\n        n = n + 1",
 }
 
 
 @pytest.mark.parametrize("case", UNCHECKED_DECLINES)
 def test_where_broadcast_declines(case):
-    source = f"def f(self, x, w):\n    {UNCHECKED_DECLINES[case]}\n    return x\n"
+    source = f"def f(self, x, w, n):\n    {UNCHECKED_DECLINES[case]}\n    return x\n"
     assert fix(source, BranchToWhereUnchecked, "if ", whole_if=True) is None
 
 
@@ -1507,3 +1509,21 @@ def test_general_path_takes_a_count_of_a_boolean_mask_as_any():
     )
     assert fix(source.replace("> 0", "> 1"), BranchToGeneralPath, "pad.sum() > 1") is None  # more than one: not any()
     assert fix(source.replace("pad.sum()", "pad.sum(-1).max()"), BranchToGeneralPath, "pad.sum(-1)") is None
+
+
+def test_general_path_for_an_inline_isnan_or_isinf_test():
+    source = """
+    def f(h):
+        if torch.isinf(h).any() or torch.isnan(h).any():
+            h = h.nan_to_num(posinf=1e4, neginf=-1e4)
+        return h
+    """
+    assert fix(source, BranchToGeneralPath, "if torch.isinf", whole_if=True) == body(
+        """
+        def f(h):
+            h = h.nan_to_num(posinf=1e4, neginf=-1e4)
+            return h
+        """
+    )
+    only_inf = source.replace(" or torch.isnan(h).any()", "")
+    assert fix(only_inf, BranchToGeneralPath, "if torch.isinf", whole_if=True) is None  # NaNs would be replaced too

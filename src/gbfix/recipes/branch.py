@@ -747,7 +747,7 @@ def _where_ok(
     scope = scope_of(ctx, at)
     if proven and not (_same_constructor(a, b) or any(tensor_evidence(root, scope) for root in _like(a) & _like(b))):
         return False
-    if not proven and not (_grad_safe(a) and _grad_safe(b)):
+    if not proven and not (_grad_safe(a) and _grad_safe(b) and _tensor_arm(a, scope) and _tensor_arm(b, scope)):
         return False
     if not all(n in temps or bound_before(ctx, n, at) for n in variable_names(a) | variable_names(b)):
         return False
@@ -760,6 +760,20 @@ _GRAD_SAFE_CALLS = (
     frozenset(_ELEMENTWISE) | frozenset(_LIKE) | _VIEWS | _BOOL_CALLS
     | frozenset("sum mean max min amax amin nansum softmax where zeros ones full matmul".split())
 )
+
+
+def _tensor_arm(expr: cst.BaseExpression, scope: cst.CSTNode) -> bool:
+    """Some sign that ``expr`` is a tensor (torch.where would make a Python number
+    one): a name the scope uses as a tensor or binds to a torch call, or an
+    expression calling tensor methods or multiplying matrices."""
+    if isinstance(expr, cst.Name):
+        if tensor_evidence(expr.value, scope):
+            return True
+        bound = [a.value for a in nodes(scope, cst.Assign) if any(name_of(t.target) == expr.value for t in a.targets)]
+        return any(isinstance(v, cst.Call) and _is_torch_call(v) for v in bound)
+    if contains(expr, cst.BinaryOperation, lambda n: isinstance(n.operator, cst.MatrixMultiply)):
+        return True
+    return bool(_used_as_tensors(expr))
 
 
 def _grad_safe(expr: cst.BaseExpression) -> bool:
@@ -1203,7 +1217,7 @@ def _ones_when_clear(expr: cst.BaseExpression, target: str, mask: cst.BaseExpres
 def _finite_check(expr: cst.BaseExpression) -> str | None:
     """x when ``expr`` holds exactly when x has a NaN or an infinity:
     `not torch.isfinite(x).all()`, `not x.isfinite().all()`, `(~torch.isfinite(x)).any()`,
-    `torch.isnan(x).any() or torch.isinf(x).any()`."""
+    `torch.isnan(x).any() or torch.isinf(x).any()` (or `|`)."""
     def tested(call: cst.BaseExpression, *names: str) -> str | None:
         if isinstance(call, cst.Call) and called(call)[1] in names:
             recv, _ = called(call)
@@ -1224,7 +1238,8 @@ def _finite_check(expr: cst.BaseExpression) -> str | None:
     inner = reduced(expr, "any")
     if isinstance(inner, cst.UnaryOperation) and isinstance(inner.operator, cst.BitInvert):
         return tested(_bare(inner.expression), "isfinite")
-    if isinstance(expr, cst.BooleanOperation) and isinstance(expr.operator, cst.Or):
+    either = isinstance(expr, cst.BooleanOperation) and isinstance(expr.operator, cst.Or)
+    if either or (isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.BitOr)):
         sides = [reduced(side, "any") for side in (expr.left, expr.right)]
         found = {tested(side, "isnan") for side in sides[:1]} | {tested(side, "isinf") for side in sides[1:]}
         swapped = {tested(side, "isinf") for side in sides[:1]} | {tested(side, "isnan") for side in sides[1:]}
