@@ -1270,9 +1270,10 @@ class BranchToGeneralPath(BranchRecipe):
     path, which leaves x as it is when the boolean mask M is all False; likewise
     `if not torch.isfinite(x).all(): x = torch.nan_to_num(x)`, and the conditional
     expression `x.masked_fill(M, v) if M.any() else x`. Values and gradients are
-    the same by construction; the one thing not seen here is a mask that
-    broadcasts x to a larger shape (the original would then change x's shape with
-    the data), which the verifier's comparison of outputs would show."""
+    the same by construction; not seen here is whether the update is valid for
+    x at all (a mask that broadcasts x to a larger shape, a fill value x's dtype
+    cannot hold): the original would then fail or change x's shape whenever it
+    takes the branch, and the verifier's runs would show it."""
 
     name = "branch-to-general-path"
     summary = "drop an `if mask.any():` / `if not x.isfinite().all():` around an update that is then the identity (masked_fill, `x * (1 - mask)`, nan_to_num)"
