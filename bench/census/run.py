@@ -429,7 +429,8 @@ def run_program(prog: Prog, mode: str, unsafe: bool, log) -> dict:
             orig = Path(f["path"]) if Path(f["path"]).is_absolute() else REPO / f["path"]
             rel = relpath(str(orig), [work / "site", work, prog.site])
             # gbfix reports in the original coordinates: read the function from the untouched install
-            src = prog.site / rel if (prog.site / rel).exists() else orig
+            src = (prog.site / rel if (prog.site / rel).exists()
+                   else HERE / rel if rel.startswith("programs/") else orig)
             qn = qualname(src, f["line"]) if f.get("line") else "?"
             findings.append({"path": rel, "line": f.get("line"), "code": f.get("code"), "status": f.get("status"),
                              "detail": f.get("detail"), "message": (f.get("message") or "")[:300],
@@ -437,7 +438,13 @@ def run_program(prog: Prog, mode: str, unsafe: bool, log) -> dict:
     res["gbfix_findings"] = findings
     save_edits(prog, mode, unsafe, res.get("written") or [], work, target)
 
-    after = count_run(prog, entry_script, pythonpath, work / "after.pt")
+    if not res.get("written"):
+        # nothing written: the copy is byte-identical to the install, so its run is the original's
+        after = dict(before)
+        shutil.copyfile(work / "before.pt", work / "after.pt") if (work / "before.pt").exists() else None
+        res["after_reused"] = True
+    else:
+        after = count_run(prog, entry_script, pythonpath, work / "after.pt")
     if after["rc"] != 0:
         res["after_error"] = after["stderr"][-2000:]
         res["output"] = "CRASH"
