@@ -1527,3 +1527,78 @@ def test_general_path_for_an_inline_isnan_or_isinf_test():
     )
     only_inf = source.replace(" or torch.isnan(h).any()", "")
     assert fix(only_inf, BranchToGeneralPath, "if torch.isinf", whole_if=True) is None  # NaNs would be replaced too
+
+
+AUGMENTED_CASES = {
+    "MoE accumulation with += (helper)": (
+        """
+        def combine(x, top, w):
+            out = torch.zeros_like(x)
+            for e in range(4):
+                sel = top == e
+                if sel.any():
+                    out += x * sel[..., None] * w[e]
+            return out
+        """,
+        "sel.any()",
+        """
+        def combine(x, top, w):
+            out = torch.zeros_like(x)
+            for e in range(4):
+                sel = top == e
+                out = torch.where(sel.any(), out + x * sel[..., None] * w[e], out)
+            return out
+        """,
+    ),
+    "an auxiliary loss added under self.training (method)": (
+        """
+        class Router:
+            def forward(self, loss, aux):
+                if self.training and aux.isfinite().all():
+                    loss += 0.01 * aux.mean()
+                return loss
+        """,
+        "self.training and",
+        """
+        class Router:
+            def forward(self, loss, aux):
+                if self.training:
+                    loss = torch.where(aux.isfinite().all(), loss + 0.01 * aux.mean(), loss)
+                return loss
+        """,
+    ),
+    "two updates, one augmented": (
+        """
+        def f(h, g):
+            h = h.float()
+            if g.abs().max() > 1:
+                h *= 0.5
+                g = g.clamp(-1, 1) @ h
+            return h, g
+        """,
+        "g.abs().max() > 1",
+        """
+        def f(h, g):
+            h = h.float()
+            pred = g.abs().max() > 1
+            h = torch.where(pred, h * 0.5, h)
+            g = torch.where(pred, g.clamp(-1, 1) @ h, g)
+            return h, g
+        """,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", AUGMENTED_CASES)
+def test_where_broadcast_takes_augmented_assignments(case):
+    source, fragment, expected = AUGMENTED_CASES[case]
+    assert fix(source, BranchToWhere, fragment) is None  # in place: never the safe recipe
+    assert fix(source, BranchToWhereUnchecked, fragment) == body(expected)
+
+
+@pytest.mark.parametrize(
+    "stmt", ["x //= 2", "self.x += 1", "x[0] += 1", "y += x.sum()"],  # no such operator, state, an element, y unbound
+)
+def test_where_broadcast_declines_other_augmented_assignments(stmt):
+    source = f"def f(self, x):\n    x = x.float()\n    if x.max() > 0:\n        {stmt}\n    return x\n"
+    assert fix(source, BranchToWhereUnchecked, "x.max() > 0") is None

@@ -424,8 +424,9 @@ def scope_of(ctx: SiteContext, node: cst.CSTNode) -> cst.CSTNode:
     return ctx.enclosing(cst.FunctionDef, node=node) or ctx.module
 
 
-def mutated(scope: cst.CSTNode, name: str) -> bool:
-    """Whether the scope mutates ``name``'s object in place or declares it global.
+def mutated(scope: cst.CSTNode, name: str, augmented: bool = True) -> bool:
+    """Whether the scope mutates ``name``'s object in place or declares it global
+    (``augmented``: `name += v` counts too).
 
     The rewrites bind a new tensor where the original kept the old object, so
     an in-place update after them would stop reaching the original object.
@@ -433,7 +434,7 @@ def mutated(scope: cst.CSTNode, name: str) -> bool:
     for n in walk(scope):
         if isinstance(n, (cst.Global, cst.Nonlocal)) and any(name_of(a.name) == name for a in n.names):
             return True
-        if isinstance(n, cst.AugAssign) and _root(n.target) == name:
+        if isinstance(n, cst.AugAssign) and _root(n.target) == name and (augmented or name_of(n.target) != name):
             return True
         if isinstance(n, (cst.AssignTarget, cst.AnnAssign)) and isinstance(n.target, (cst.Subscript, cst.Attribute)):
             if _root(n.target) == name:
@@ -747,11 +748,11 @@ def _where_ok(
     scope = scope_of(ctx, at)
     if proven and not (_same_constructor(a, b) or any(tensor_evidence(root, scope) for root in _like(a) & _like(b))):
         return False
-    if not proven and not (_grad_safe(a) and _grad_safe(b) and _tensor_arm(a, scope) and _tensor_arm(b, scope)):
+    if not proven and not (_grad_safe(a) and _grad_safe(b) and (_tensor_arm(a, scope) or _tensor_arm(b, scope))):
         return False
     if not all(n in temps or bound_before(ctx, n, at) for n in variable_names(a) | variable_names(b)):
         return False
-    return not any(mutated(scope, n) for n in (name_of(a), name_of(b)) if n)
+    return not any(mutated(scope, n, augmented=proven) for n in (name_of(a), name_of(b)) if n)
 
 
 # Calls whose derivative is finite everywhere: on torch.where's unselected arm a zero
@@ -763,17 +764,18 @@ _GRAD_SAFE_CALLS = (
 
 
 def _tensor_arm(expr: cst.BaseExpression, scope: cst.CSTNode) -> bool:
-    """Some sign that ``expr`` is a tensor (torch.where would make a Python number
-    one): a name the scope uses as a tensor or binds to a torch call, or an
-    expression calling tensor methods or multiplying matrices."""
-    if isinstance(expr, cst.Name):
-        if tensor_evidence(expr.value, scope):
-            return True
-        bound = [a.value for a in nodes(scope, cst.Assign) if any(name_of(t.target) == expr.value for t in a.targets)]
-        return any(isinstance(v, cst.Call) and _is_torch_call(v) for v in bound)
-    if contains(expr, cst.BinaryOperation, lambda n: isinstance(n.operator, cst.MatrixMultiply)):
+    """Some sign that ``expr`` involves a tensor (torch.where would make a Python
+    number one): a call of a tensor method, a matrix product, or a name the scope
+    uses as a tensor or binds to a torch call."""
+    if _used_as_tensors(expr) or contains(expr, cst.BinaryOperation, lambda n: isinstance(n.operator, cst.MatrixMultiply)):
         return True
-    return bool(_used_as_tensors(expr))
+    for name in variable_names(expr):
+        if tensor_evidence(name, scope):
+            return True
+        bound = [a.value for a in nodes(scope, cst.Assign) if any(name_of(t.target) == name for t in a.targets)]
+        if any(isinstance(v, cst.Call) and _is_torch_call(v) for v in bound):
+            return True
+    return False
 
 
 def _grad_safe(expr: cst.BaseExpression) -> bool:
@@ -813,16 +815,30 @@ def _else_value(ctx: SiteContext, if_node: cst.If, target: str) -> cst.BaseExpre
     return make_call("torch.where", cond, value, rest)
 
 
-def _name_assigns(suite: cst.BaseSuite) -> list[cst.Assign] | None:
-    """The block's statements when each is one `name = value`."""
+_AUGMENTED = {cst.AddAssign: cst.Add, cst.SubtractAssign: cst.Subtract, cst.MultiplyAssign: cst.Multiply}
+
+
+def _name_assigns(suite: cst.BaseSuite, augmented: bool = False) -> list[cst.Assign] | None:
+    """The block's statements when each is one `name = value` (``augmented``: or
+    `name += value`, as `name = name + value`)."""
     if isinstance(suite, cst.IndentedBlock):
         if not all(isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 for line in suite.body):
             return None
         smalls = [line.body[0] for line in suite.body]
     else:
         smalls = list(suite.body)
-    one_name = m.Assign(targets=[m.AssignTarget(target=m.Name())])
-    return smalls if all(m.matches(sm, one_name) for sm in smalls) else None
+    out = []
+    for sm in smalls:
+        if augmented and isinstance(sm, cst.AugAssign) and isinstance(sm.target, cst.Name):
+            op = _AUGMENTED.get(type(sm.operator))
+            if op is None:
+                return None
+            value = cst.BinaryOperation(left=sm.target, operator=op(), right=sm.value)
+            sm = cst.Assign(targets=[cst.AssignTarget(sm.target)], value=value)
+        elif not m.matches(sm, m.Assign(targets=[m.AssignTarget(target=m.Name())])):
+            return None
+        out.append(sm)
+    return out
 
 
 def _gradient_safe(expr: cst.BaseExpression) -> bool:
@@ -864,7 +880,7 @@ class BranchToWhere(BranchRecipe):
                     where = where.with_changes(lpar=[], rpar=[])
             self._plan = where.with_changes(lpar=node.lpar or where.lpar, rpar=node.rpar or where.rpar)
             return node
-        assigns = _name_assigns(node.body)
+        assigns = _name_assigns(node.body, augmented=not self.proven)
         if assigns is None:
             return None
         if node.orelse is not None:
@@ -873,7 +889,7 @@ class BranchToWhere(BranchRecipe):
             (assign,) = assigns
             target = assign.targets[0].target.value
             other = _else_value(ctx, node, target)
-            if other is None or mutated(scope_of(ctx, node), target):
+            if other is None or mutated(scope_of(ctx, node), target, augmented=self.proven):
                 return None
             if not _where_ok(ctx, node, assign.value, other, proven=self.proven):
                 return None
@@ -906,14 +922,15 @@ def _where_steps(
         target, value = a.targets[0].target.value, a.value
         if target in temps or not bound_before(ctx, target, node):
             # now bound whatever the test: only the arm may read it, and computing it must be harmless
-            if target in outside or not pure(value) or not _gradient_safe(value):
+            unbound_read = target not in temps and target in variable_names(value)  # `s += 1` with no s yet
+            if target in outside or unbound_read or not pure(value) or not _gradient_safe(value):
                 return None
             if not all(n in temps or bound_before(ctx, n, node) for n in variable_names(value)):
                 return None
             temps.add(target)
             steps.append(a)
         else:
-            if not _where_ok(ctx, node, value, cst.Name(target), temps, proven) or mutated(scope, target):
+            if not _where_ok(ctx, node, value, cst.Name(target), temps, proven) or mutated(scope, target, augmented=proven):
                 return None
             steps.append(a.with_changes(value=make_call("torch.where", cond, value, cst.Name(target))))
     return steps if len(steps) > len(temps) else None
@@ -921,7 +938,9 @@ def _where_steps(
 
 class BranchToWhereUnchecked(BranchToWhere):
     """branch-to-where where the arms' shapes and dtypes are not shown to agree
-    (`out = out + x * sel.unsqueeze(-1).to(x.dtype) * p`, a MoE accumulation)."""
+    (`out = out + x * sel.unsqueeze(-1).to(x.dtype) * p`, a MoE accumulation), and
+    for `out += v` (as `out = out + v`: the in-place update of out's object becomes
+    a new tensor, which only matters to another name for that object)."""
 
     name = "branch-to-where-broadcast"
     # torch.where broadcasts and promotes: an arm of another shape or dtype would
