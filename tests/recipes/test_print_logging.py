@@ -275,7 +275,7 @@ def test_logging_op_helper():
     assert lines[at] == "# Added by gbfix: this module's run-time ops, named after the module, and the"
     assert '_gbfix_lib = torch.library.Library("gbfix", "FRAGMENT")' in lines
     assert lines.index("_gbfix_sink = torch.empty(0)") < lines.index("def _gbfix_logger(owner, name):")
-    assert lines.index("def _gbfix_log_send(owner, name, method, args):") < lines.index("def _gbfix_log(owner, method, *args):")
+    assert lines.index("def _gbfix_log_send(owner, name, method, args, template):") < lines.index("def _gbfix_log(owner, method, *args, template=False):")
     assert 'torch.library.register_fake(f"gbfix::log_{_gbfix_tag}", lambda *args: None, lib=_gbfix_lib)' in lines
     # the op writes to the sink: that keeps it in inductor's graph, in order
     assert "        _gbfix_log_op(owner, name, method, of, texts, numbers, tensors, _gbfix_sink)" in lines
@@ -306,11 +306,13 @@ def test_logging_op_and_leaf_helpers_side_by_side():
         ('logger.info("step %d of %s", 3, "a")', '_gbfix_log("logger", "info", "step %d of %s", 3, "a")'),
         ('logger.error("a" "b")', '_gbfix_log("logger", "error", "a" "b")'),
         ('logger.warning_once("deprecated")', '_gbfix_log("logger", "warning_once", "deprecated")'),
-        # what transformers writes: the message built from values Dynamo knows while tracing
+        # what transformers writes: an f-string, whose template the op formats at run time
+        # (Dynamo formats an f-string with a tensor field lazily: no text to hand the op)
         (
             'logger.warning_once(f"{type(self).__name__} does not support {x.shape[-1]} heads")',
-            '_gbfix_log("logger", "warning_once", f"{type(self).__name__} does not support {x.shape[-1]} heads")',
+            '_gbfix_log("logger", "warning_once", "{} does not support {} heads", type(self).__name__, x.shape[-1], template=True)',
         ),
+        ('logger.info(f"loss {x.mean():.4f} {x.shape} {{}}")', '_gbfix_log("logger", "info", "loss {:.4f} {} {{}}", x.mean(), str(x.shape), template=True)'),
         ('logger.info_once("n %d", x.size(0))', '_gbfix_log("logger", "info_once", "n %d", x.size(0))'),
         ('logger.log(logging.INFO, "a %s", 1)', '_gbfix_log("logger", "log", logging.INFO, "a %s", 1)'),
         ('logging.warning("root")', '_gbfix_log("logging", "warning", "root")'),  # the module is a global too
@@ -382,6 +384,9 @@ def test_logging_op_self_logger(init, expected):
         'logger.info("xs %s", tuple(x))',
         'logger.info("n %s", n)',  # a local bound by a for loop
         'logger.info("n %s", m)',  # a local assigned a torch.Size
+        'logger.info(f"n {m}")',  # the same, as an f-string field
+        'logger.info(f"n {x:{n}}")',  # a nested format spec
+        'logger.log(logging.INFO, f"n {x}")',  # an f-string with arguments
     ],
 )
 def test_logging_op_declines(stmt):
@@ -467,6 +472,8 @@ class _Records(logging.Handler):
         # once per distinct arguments, as the lru_cache compares them: 1 == 1.0, 1 != "1"
         ['logger.warning_once("n %s", 1)', 'logger.warning_once("n %s", 1.0)', 'logger.warning_once("n %s", "1")'],
         ['logger.warning_once("n %s", 1.0)', 'logger.warning_once("n 1.0")', 'logger.warning_once("n %s", 1.0)'],
+        # an f-string: the op formats its template, the logger gets the same text (no args)
+        ['logger.warning_once(f"{self.tag!r:>6} of {self.rate:.2f} {{x}}")', 'logger.info(f"{self.tag=} {self.rate}%")'],
     ],
 )
 def test_logging_op_rewrite_logs_the_same_record(stmts, monkeypatch):
@@ -492,7 +499,7 @@ def test_logging_op_rewrite_logs_the_same_record(stmts, monkeypatch):
             warning_once.cache_clear()
             handler.records.clear()
             env = _send(rewritten[0])  # the helpers' globals
-            env.update(logger=logger, logging=logging)
+            env.update(logger=logger, logging=logging, self=types.SimpleNamespace(tag="ab", rate=2.5))
             for line in code + code:
                 exec(line, env)
             seen.append(list(handler.records))
@@ -600,9 +607,11 @@ def test_warn_rule_example_with_values():
         ('warnings.warn("m", LegacyWarning)', '_gbfix_warn("m", "LegacyWarning", {line})'),
         ("warnings.warn('a' 'b', RuntimeWarning)", "_gbfix_warn('a' 'b', \"RuntimeWarning\", {line})"),
         # any message: built while Dynamo traces (the helper's arguments, a static shape)
-        ('warnings.warn(f"`{x}` is deprecated", FutureWarning)', '_gbfix_warn(f"`{{x}}` is deprecated", "FutureWarning", {line})'),
+        (
+            'warnings.warn(f"`{LegacyWarning.__name__}` is deprecated", FutureWarning)',
+            '_gbfix_warn(f"`{{LegacyWarning.__name__}}` is deprecated", "FutureWarning", {line})',
+        ),
         ('warnings.warn("m" + x, stacklevel=2)', '_gbfix_warn("m" + x, "UserWarning", {line})'),
-        ("warnings.warn(x)", '_gbfix_warn(x, "UserWarning", {line})'),
     ],
 )
 def test_warn_op_rewrites(stmt, expected):
@@ -646,7 +655,16 @@ def chunks(x, n):
     ],
 )
 def test_warn_op_in_helpers_context_managers_and_generators(needle, expected):
-    out = rewrite_line(WARN_PLACES, WarnToOp, needle, "GB0007", capabilities=ALL_CAPABILITIES)
+    from gbfix.records import ObservedCall, ValueSpec
+
+    # what an uncompiled run shows of the helpers' calls: text
+    lines = WARN_PLACES.splitlines()
+    text = ValueSpec("str", value="v")
+    observed = {
+        lines.index("def deprecate(name, version, message):") + 1: (ObservedCall((("name", text), ("version", text), ("message", text)), ValueSpec("none")),),
+        lines.index("@contextlib.contextmanager") + 1: (ObservedCall((("name", text),), ValueSpec("other")),),
+    }
+    out = rewrite_line(WARN_PLACES, WarnToOp, needle, "GB0007", capabilities=ALL_CAPABILITIES, observed=observed)
     assert out is not None
     call = next(line for line in out.splitlines() if line.startswith("    _gbfix_warn("))
     assert call == "    " + expected.format(line=_line_of(out, call))
@@ -698,6 +716,10 @@ def test_warn_op_helper_and_imports():
 @pytest.mark.parametrize(
     "stmt",
     [
+        # a message that may hold a tensor: Dynamo formats it lazily, not text for the op
+        "warnings.warn(x)",  # a parameter an uncompiled run did not show as text
+        'warnings.warn(f"mean {x.mean():.3f} is large")',
+        'warnings.warn(f"x is {x}")',
         'warnings.warn("m", DeprecationWarning, stacklevel=2)',  # default filters decide by module
         'warnings.warn("m", PendingDeprecationWarning, 2)',
         'warnings.warn("m", LegacyWarning, stacklevel=2)',  # its default filter is not known here
@@ -811,3 +833,15 @@ def test_numbered_helper_calls_follow_lines_that_a_later_edit_adds_above():
     site = Site(Path("/virtual/m.py"), 5, 4, 10, Break((Cause("GB0007", "x", ""),), (Frame("/virtual/m.py", 5, 4, 10, "f"),)))
     out = edits.apply(parsed, [Edit(1, site, "x", "safe", "", (1, 0), (1, 12), anchor, added)]).decode()
     assert '    _gbfix_warn("careful", "UserWarning", 6)\n' in out
+
+
+@pytest.mark.parametrize("kind, fixed", [("str", True), ("tensor", False), (None, False)])
+def test_warn_op_helper_parameters_by_an_uncompiled_run(kind, fixed):
+    from gbfix.records import ObservedCall, ValueSpec
+
+    lines = WARN_PLACES.splitlines()
+    line = lines.index("def deprecate(name, version, message):") + 1
+    args = tuple((n, ValueSpec(kind or "str")) for n in ("name", "version", "message"))
+    observed = {} if kind is None else {line: (ObservedCall(args, ValueSpec("none")),)}
+    out = rewrite_line(WARN_PLACES, WarnToOp, 'warnings.warn(f"`{name}`', "GB0007", capabilities=ALL_CAPABILITIES, observed=observed)
+    assert (out is not None) == fixed

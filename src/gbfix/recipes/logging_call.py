@@ -15,8 +15,12 @@ time. Two helpers, the first preferred:
   call. The call keeps its arguments, any expression::
 
       logger.warning("`x` is deprecated")   ->  _gbfix_log("logger", "warning", "`x` is deprecated")
-      logger.warning_once(f"{cls} is slow")  ->  _gbfix_log("logger", "warning_once", f"{cls} is slow")
       logger.info("step %d", step)           ->  _gbfix_log("logger", "info", "step %d", step)
+      logger.warning_once(f"{cls} is slow")  ->  _gbfix_log("logger", "warning_once", "{} is slow", cls, template=True)
+
+  An f-string message goes as its ``str.format`` template and its fields'
+  values, and the op formats it at run time into the same text (Dynamo formats
+  an f-string with a tensor field lazily: it could not hand the op that text).
 
   The helper runs while Dynamo traces it: it hands strings, numbers, tensors
   and None to the op by kind (the op's arguments are typed; a number Dynamo
@@ -65,7 +69,9 @@ from gbfix.recipes.tree import nodes
 from gbfix.recipes.print_call import (
     builtin_at,
     call_at,
+    format_fields,
     global_bindings,
+    has_fstring,
     is_module_global,
     qualified_names,
     str_literal,
@@ -111,9 +117,14 @@ def _gbfix_logger(owner, name):
 def _gbfix_log_impl(owner, name, method, kinds, texts, numbers, tensors, sink):
     # Added by gbfix: the body of the op below, run at run time inside compiled
     # graphs: the arguments back in order (s: text, n: number, t: tensor, -: None).
+    # A leading "f": the first text is an f-string's template, and the message is
+    # that template formatted with the arguments, here, with their run-time values.
     texts, numbers, tensors = iter(texts), iter(numbers), iter(tensors)
     pick = {"s": texts, "n": numbers, "t": tensors}
-    args = [next(pick[k]) if k in pick else None for k in kinds]
+    template = next(texts) if kinds.startswith("f") else None
+    args = [next(pick[k]) if k in pick else None for k in kinds.removeprefix("f")]
+    if template is not None:
+        args = [template.format(*args)]
     getattr(_gbfix_logger(owner, name), method)(*args)
 
 
@@ -126,20 +137,24 @@ torch.library.register_fake(f"gbfix::log_{_gbfix_tag}", lambda *args: None, lib=
 _gbfix_log_op = getattr(torch.ops.gbfix, f"log_{_gbfix_tag}")
 
 
-def _gbfix_log_send(owner, name, method, args):
+def _gbfix_log_send(owner, name, method, args, template):
     # Added by gbfix: runs while Dynamo traces. Strings, numbers (exact types: a
     # subclass would print differently), tensors and None go to the op (a tensor
     # subclass, an nn.Parameter, reaches the logger as a plain tensor, and prints
     # so); anything else is logged by the logger itself, which Dynamo cannot trace.
+    # With a template (an f-string's), args[0] is the template, formatted by the op.
     kinds = {str: "s", int: "n", float: "n", bool: "n", type(None): "-"}
-    of = "".join("t" if isinstance(a, torch.Tensor) else kinds.get(type(a), "?") for a in args)
+    values = args[1:] if template else args
+    of = "".join("t" if isinstance(a, torch.Tensor) else kinds.get(type(a), "?") for a in values)
     if "?" not in of:
-        texts = [a for a, k in zip(args, of) if k == "s"]
-        numbers = [a for a, k in zip(args, of) if k == "n"]
-        tensors = [a for a, k in zip(args, of) if k == "t"]
+        texts = [a for a, k in zip(values, of) if k == "s"]
+        numbers = [a for a, k in zip(values, of) if k == "n"]
+        tensors = [a for a, k in zip(values, of) if k == "t"]
+        if template:
+            of, texts = "f" + of, [args[0], *texts]
         _gbfix_log_op(owner, name, method, of, texts, numbers, tensors, _gbfix_sink)
     else:
-        getattr(_gbfix_logger(owner, name), method)(*args)
+        getattr(_gbfix_logger(owner, name), method)(*([args[0].format(*values)] if template else args))
 ''')
 
 
@@ -222,37 +237,53 @@ class LoggerToOp(LoggerRecipe):
     summary = "logger.<level>(...) -> a library op that logs at run time with the same arguments, kept in order by inductor"
     helper = "_gbfix_log"
     helper_code = '''\
-def _gbfix_log(owner, method, *args):
+def _gbfix_log(owner, method, *args, template=False):
     # Added by gbfix: the logger travels by the name of its module global.
-    _gbfix_log_send(owner, None, method, args)
+    _gbfix_log_send(owner, None, method, args, template)
 '''
     named_helper = ("_gbfix_log_named", '''\
-def _gbfix_log_named(name, method, *args):
+def _gbfix_log_named(name, method, *args, template=False):
     # Added by gbfix: the logger travels by its own name (logging.getLogger(name)).
-    _gbfix_log_send(None, name, method, args)
+    _gbfix_log_send(None, name, method, args, template)
 ''')
 
     def observe(self, ctx: SiteContext) -> cst.FunctionDef | None:
-        """The function holding the call, when an argument is one of its parameters:
-        its kinds in an uncompiled run tell a number from a tensor."""
+        """The function holding the call, when a value logged is one of its parameters:
+        its kinds in an uncompiled run tell a number or a tensor from anything else."""
         call = super().match(ctx)
         fn = ctx.enclosing(cst.FunctionDef)
         if call is None or fn is None:
             return None
-        return fn if any(_parameter(fn, a.value) for a in call.args) else None
+        return fn if any(parameter(fn, v) for v in self._values(ctx, call)) else None
 
     def match(self, ctx: SiteContext) -> cst.Call | None:
         self.helper, self.helper_code = type(self).helper, type(self).helper_code
         call = super().match(ctx)
         if call is None:
             return None
-        for arg in call.args:
-            why = _not_a_plain_value(ctx, arg.value)
+        for value in self._values(ctx, call):
+            why = _not_a_plain_value(ctx, value)
             if why:
-                raise Decline(f"{ctx.code(arg.value)} {why}")
+                raise Decline(f"{ctx.code(value)} {why}")
         if self._named:
             self.helper, self.helper_code = self.named_helper
         return call
+
+    def _values(self, ctx: SiteContext, call: cst.Call) -> list[cst.BaseExpression]:
+        """What the helper gets after the method: the call's arguments, or for an
+        f-string message its template (``self._template``) and its fields' values.
+        Dynamo cannot hand an f-string with a tensor field to the op as text (it
+        formats it lazily): the op formats the template at run time instead."""
+        self._template = None
+        if not any(has_fstring(a.value) for a in call.args):
+            return [a.value for a in call.args]
+        if len(call.args) > 1:
+            raise Decline("an f-string message with arguments")
+        found = format_fields(ctx, call, call.args[0].value)
+        if found is None:
+            raise Decline("an f-string field the op cannot format")
+        self._template = found
+        return found[1]
 
     def owner(self, ctx: SiteContext, node: cst.BaseExpression) -> cst.BaseExpression | None:
         """A module global's name, or the name expression of a logger that
@@ -268,7 +299,13 @@ def _gbfix_log_named(name, method, *args):
         return None if node is None else _logger_name(ctx, node)
 
     def reroute(self, call: cst.Call) -> cst.Call:
-        return call.with_changes(func=cst.Name(self.helper), args=arglist(call, [*self.head(call), *call.args]))
+        if self._template is None:
+            return call.with_changes(func=cst.Name(self.helper), args=arglist(call, [*self.head(call), *call.args]))
+        fmt, values = self._template
+        flag = cst.Arg(cst.Name("True"))
+        args = arglist(call, [*self.head(call), cst.Arg(cst.SimpleString(str_literal(fmt))), *map(cst.Arg, values), flag])
+        keyword = dict(keyword=cst.Name("template"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+        return call.with_changes(func=cst.Name(self.helper), args=[*args[:-1], args[-1].with_changes(**keyword)])
 
 
 class LoggerToLeaf(LoggerRecipe):
@@ -315,13 +352,15 @@ def arglist(call: cst.Call, args: list[cst.Arg]) -> list[cst.Arg]:
         sep = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
     out = []
     for i, arg in enumerate(args):
+        # the last argument ends the list as the call's did (trailing comma, line break before the paren)
+        after = last.whitespace_after_arg if i == len(args) - 1 else cst.SimpleWhitespace("")
         if i == len(args) - 1:
             comma = last.comma
         elif arg is not last and any(arg is a for a in call.args):
             comma = arg.comma  # its own separator, comments included
         else:
             comma = sep
-        out.append(arg.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT, comma=comma))
+        out.append(arg.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT, comma=comma, whitespace_after_arg=after))
     return out
 
 
@@ -358,13 +397,55 @@ def _not_a_plain_value(ctx: SiteContext, node: cst.BaseExpression, seen: frozens
         return None
     if isinstance(node, cst.Name) and node.value not in ("True", "False", "None"):
         fn = ctx.enclosing(cst.FunctionDef, node=node)
-        if fn is not None and _parameter(fn, node):
-            calls = ctx.observed.get((ctx.site.path, ctx.file.span(fn.decorators[0] if fn.decorators else fn)[0][0]), ())
-            kinds = {dict(c.args).get(node.value, ValueSpec("other")).kind for c in calls}
-            return None if calls and kinds <= _OP_KINDS else f"was {sorted(kinds) or 'not seen'} in an uncompiled run"
+        if fn is not None and parameter(fn, node):
+            return _observed_as(ctx, fn, node.value, _OP_KINDS)
         if fn is not None and not is_module_global(ctx, node):
             return "is assigned from itself" if node.value in seen else _local_values(ctx, fn, node.value, seen)
     return None
+
+
+# Calls that give text or a number (a size), whatever they are called on.
+_TEXT_OR_NUMBER_CALLS = frozenset({"len", "int", "float", "str", "repr", "round", "bool", "type"})
+_TEXT_OR_NUMBER_METHODS = frozenset({"size", "dim", "numel", "format", "join", "lower", "upper", "strip", "replace"})
+_PLAIN_KINDS = _OP_KINDS - {"tensor"}
+
+
+def not_text_or_number(ctx: SiteContext, node: cst.BaseExpression) -> str | None:
+    """Why ``node`` may be a tensor while Dynamo traces, or None: it is a literal,
+    a string built at the call, a size, an attribute chain (``self.name``, a
+    config value), a module global, or a parameter an uncompiled run showed as
+    text or a number (``fn`` observed, see ``LoggerToOp.observe``)."""
+    if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
+        return None
+    if isinstance(node, (cst.SimpleString, cst.Integer, cst.Float, cst.FormattedString, cst.ConcatenatedString)):
+        return None
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.left, (cst.SimpleString, cst.FormattedString)):
+        return None  # "..." % x, "..." + s: text, or an error at the call
+    if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Attribute) and node.value.attr.value == "shape":
+        return None
+    if isinstance(node, cst.Attribute):
+        return None if node.attr.value not in ("shape", "data", "grad", "weight", "bias") and _is_chain(node) else "may be a tensor"
+    if isinstance(node, cst.Call):
+        func = node.func
+        if isinstance(func, cst.Name) and func.value in _TEXT_OR_NUMBER_CALLS:
+            return None
+        if isinstance(func, cst.Attribute) and func.attr.value in _TEXT_OR_NUMBER_METHODS:
+            return None
+        return "may return a tensor"
+    if isinstance(node, cst.Name):
+        fn = ctx.enclosing(cst.FunctionDef, node=node)
+        if fn is not None and parameter(fn, node):
+            return _observed_as(ctx, fn, node.value, _PLAIN_KINDS)
+        return None if is_module_global(ctx, node) else "is a local that may hold a tensor"
+    return "may be a tensor"
+
+
+def _observed_as(ctx: SiteContext, fn: cst.FunctionDef, name: str, kinds: frozenset[str]) -> str | None:
+    """Why parameter ``name`` of ``fn`` may be something else than ``kinds``, by the
+    calls of ``fn`` an uncompiled run showed (None: it was of those kinds in every one)."""
+    calls = ctx.observed.get((ctx.site.path, ctx.file.span(fn.decorators[0] if fn.decorators else fn)[0][0]), ())
+    seen = {dict(c.args).get(name, ValueSpec("other")).kind for c in calls}
+    return None if calls and seen <= kinds else f"was {sorted(seen) or 'not seen'} in an uncompiled run"
 
 
 def _local_values(ctx: SiteContext, fn: cst.FunctionDef, name: str, seen: frozenset[str]) -> str | None:
@@ -405,7 +486,7 @@ def _is_chain(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Name)
 
 
-def _parameter(fn: cst.FunctionDef, node: cst.BaseExpression) -> bool:
+def parameter(fn: cst.FunctionDef, node: cst.BaseExpression) -> bool:
     params = fn.params
     names = {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}
     return isinstance(node, cst.Name) and node.value in names

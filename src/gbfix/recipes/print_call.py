@@ -122,9 +122,9 @@ def _is_string(node: cst.BaseExpression) -> bool:
     return isinstance(node, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString))
 
 
-def _has_fstring(node: cst.BaseExpression) -> bool:
+def has_fstring(node: cst.BaseExpression) -> bool:
     if isinstance(node, cst.ConcatenatedString):
-        return _has_fstring(node.left) or _has_fstring(node.right)
+        return has_fstring(node.left) or has_fstring(node.right)
     return isinstance(node, cst.FormattedString)
 
 
@@ -236,7 +236,7 @@ class PrintToHop(Recipe):
     def _keyword_text(self, node: cst.BaseExpression, default: str) -> str:
         if isinstance(node, cst.Name) and node.value == "None":
             return default
-        if _is_string(node) and not _has_fstring(node):
+        if _is_string(node) and not has_fstring(node):
             value = ast.literal_eval("(" + self._ctx.code(node) + ")")
             if isinstance(value, str):
                 return value
@@ -244,7 +244,7 @@ class PrintToHop(Recipe):
 
     def _piece(self, node: cst.BaseExpression, values: list[cst.BaseExpression]) -> str:
         """One positional argument as format-string text; runtime values go to ``values``."""
-        if _has_fstring(node):
+        if has_fstring(node):
             return self._fstring(node, values)
         text = _constant_text(node, self._ctx.code(node))
         if text is not None:
@@ -289,6 +289,19 @@ class PrintToHop(Recipe):
         if next(fields, None) is not None:
             raise _Decline("f-string fields do not line up")
         return "".join(out)
+
+
+def format_fields(ctx: SiteContext, call: cst.Call, node: cst.BaseExpression) -> tuple[str, list[cst.BaseExpression]] | None:
+    """``node`` (an f-string, possibly concatenated with strings) as a ``str.format``
+    template and the values of its fields, as print-to-hop builds them; None
+    when a field cannot be written so (nested specs, values the ops cannot take)."""
+    hop = PrintToHop()
+    hop._ctx, hop._call = ctx, call
+    values: list[cst.BaseExpression] = []
+    try:
+        return hop._piece(node, values), values
+    except _Decline:
+        return None
 
 
 def _item_receiver(node: cst.BaseExpression) -> cst.BaseExpression | None:

@@ -57,11 +57,13 @@ from __future__ import annotations
 
 import libcst as cst
 
-from gbfix.recipes.base import SiteContext
-from gbfix.recipes.logging_call import NUMBERED_HELPER, OP_LIBRARY, HelperRecipe, arglist
+from gbfix.recipes.base import Decline, SiteContext
+from gbfix.recipes.logging_call import NUMBERED_HELPER, OP_LIBRARY, HelperRecipe, arglist, not_text_or_number, parameter
 from gbfix.recipes.print_call import (
     builtin_at,
     call_at,
+    format_fields,
+    has_fstring,
     is_builtin,
     is_module_global,
     qualified_names,
@@ -149,10 +151,24 @@ def _gbfix_warn(message, category, lineno):
         _gbfix_warn_impl(message, category, lineno, _gbfix_sink)
 '''
 
+    def observe(self, ctx: SiteContext) -> cst.FunctionDef | None:
+        """The function holding the call, when the message is built from its parameters
+        (a ``deprecate(name, version, message)`` helper): an uncompiled run shows them as text."""
+        call = super().match(ctx)
+        fn = ctx.enclosing(cst.FunctionDef)
+        if call is None or fn is None:
+            return None
+        return fn if any(parameter(fn, v) for v in _message_values(ctx, call, self._bound["message"].value)) else None
+
     def match(self, ctx: SiteContext) -> cst.Call | None:
         call = super().match(ctx)
         if call is None:
             return None
+        # Dynamo formats an f-string with a tensor field lazily: not text the op could take
+        for value in _message_values(ctx, call, self._bound["message"].value):
+            why = not_text_or_number(ctx, value)
+            if why:
+                raise Decline(f"{ctx.code(value)} {why}")
         stacklevel, category = self._bound.get("stacklevel"), self._bound.get("category")
         if stacklevel is not None and int(stacklevel.value.value, 0) > 1 and category is not None:
             # The location moves to this module: keep it only where the default
@@ -194,6 +210,16 @@ def _gbfix_warn_leaf_fake(message, category, stacklevel=1):
         stacklevel = self._bound.get("stacklevel")
         args = [*self.message_and_category(call), *([stacklevel] if stacklevel is not None else [])]
         return call.with_changes(func=cst.Name(self.helper), args=arglist(call, args))
+
+
+def _message_values(ctx: SiteContext, call: cst.Call, message: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The values the message is built from: an f-string's fields, else the message itself."""
+    if not has_fstring(message):
+        return [message]
+    found = format_fields(ctx, call, message)
+    if found is None:
+        raise Decline("an f-string field the op cannot take")
+    return found[1]
 
 
 def _bind(call: cst.Call) -> dict[str, cst.Arg] | None:
