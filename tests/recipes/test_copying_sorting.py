@@ -186,6 +186,11 @@ FAST = "_gbfix_sorted_by_key"
             "sorted(xs, key=score)",
             [f"ranked = ({FAST}(xs, key=score) if _gbfix_pickable(xs) else sorted(xs, key=score))"],
         ),
+        (  # iterated by a loop and by a comprehension
+            "for y in sorted(xs, key=score):\n    x = x + y\nreturn [y * 2 for y in sorted(self.cands, key=score)], x",
+            "sorted(xs, key=score)",
+            [f"for y in ({FAST}(xs, key=score) if _gbfix_pickable(xs) else sorted(xs, key=score)):"],
+        ),
         (  # list.sort of a comprehension
             "ys = [x * i for i in range(3)]\nys.sort(key=lambda t: -t.norm())\nreturn torch.stack(ys)",
             "ys.sort(key=lambda t: -t.norm())",
@@ -206,7 +211,8 @@ def test_sort_by_key_rewrites(body, needle, expected):
     "body, needle",
     [
         ("return sorted(xs, key=score)", "sorted(xs, key=score)"),  # returned: the caller gets copies
-        ("ys = sorted(xs, key=score)\nfor y in ys:\n    x = x + y\nreturn x", "sorted(xs, key=score)"),  # iterated
+        ("ys = sorted(xs, key=score)\nfor y in ys:\n    self.seen.append(y)\nreturn x", "sorted(xs, key=score)"),  # elements stored
+        ("y = x\nfor y in sorted(xs, key=score):\n    x = x + y\nreturn x", "sorted(xs, key=score)"),  # y bound elsewhere
         ("ys = sorted(xs, key=score)\nys.append(x)\nreturn torch.stack(ys)", "sorted(xs, key=score)"),
         ("ys = sorted(xs, key=score)\nys[0].add_(1)\nreturn torch.stack(ys)", "sorted(xs, key=score)"),
         ("self.ranked = sorted(xs, key=score)\nreturn x", "sorted(xs, key=score)"),
@@ -292,6 +298,11 @@ def pick(body: str, needle: str) -> list[str] | None:
             "best = max(xs, key=lambda t: t.sum())\nreturn x + best",
             "max(xs, key=lambda t: t.sum())",
             "best = (_gbfix_pick_by_key(max, xs, key=lambda t: t.sum()) if _gbfix_pickable(xs) else max(xs, key=lambda t: t.sum()))",
+        ),
+        (  # added in place to another tensor
+            "x += max(xs, key=score)\nreturn x",
+            "max(xs, key=score)",
+            "x += (_gbfix_pick_by_key(max, xs, key=score) if _gbfix_pickable(xs) else max(xs, key=score))",
         ),
         (  # a named key, min, inline
             "return x * min(xs, key=score)",

@@ -303,7 +303,7 @@ def _only_read(ctx: SiteContext, node: cst.BaseExpression) -> bool:
     functions that write nothing in place (views followed on), or through a local bound
     once whose every use is such a read. A copy there behaves as the original does."""
     up = ctx.file.parent(node)
-    if isinstance(up, cst.BinaryOperation):
+    if isinstance(up, cst.BinaryOperation) or (isinstance(up, cst.AugAssign) and up.value is node):
         return True
     if isinstance(up, (cst.Comparison, cst.ComparisonTarget)):  # elementwise, not identity or membership
         targets = up.comparisons if isinstance(up, cst.Comparison) else [up]
@@ -332,9 +332,10 @@ def _only_read(ctx: SiteContext, node: cst.BaseExpression) -> bool:
 
 def _list_read(ctx: SiteContext, node: cst.BaseExpression) -> bool:
     """The list ``node`` evaluates to is only read: its length, its elements (each only
-    read, see ``_only_read``), slices of it (recursively), the first argument of a torch
-    function that copies its tensors (``torch.stack``, ``torch.cat``), or through a local
-    bound once whose every use is such a read."""
+    read, see ``_only_read``: indexed, or iterated by a loop whose name nothing else
+    binds), slices of it (recursively), the first argument of a torch function that copies
+    its tensors (``torch.stack``, ``torch.cat``), or through a local bound once whose
+    every use is such a read."""
     up = ctx.file.parent(node)
     if isinstance(up, cst.Arg) and up.value is node and up.keyword is None and not up.star:
         call = ctx.file.parent(up)
@@ -355,6 +356,11 @@ def _list_read(ctx: SiteContext, node: cst.BaseExpression) -> bool:
     if isinstance(up, cst.Assign) and up.value is node:
         refs = _local_uses(ctx, up)
         return refs is not None and bool(refs) and all(_list_read(ctx, r) for r in refs)
+    if isinstance(up, (cst.For, cst.CompFor)) and up.iter is node and isinstance(up.target, cst.Name):
+        scope = ctx.file.scopes.get(up.target)  # iterated: each element through the loop's own name
+        found = list(scope.assignments[up.target.value]) if scope is not None else []
+        refs = [r.node for r in found[0].references] if len(found) == 1 else None
+        return refs is not None and all(isinstance(r, cst.Name) and _only_read(ctx, r) for r in refs)
     return False
 
 
