@@ -767,9 +767,9 @@ def _tensor_arm(expr: cst.BaseExpression, scope: cst.CSTNode) -> bool:
     """Some sign that ``expr`` involves a tensor (torch.where would make a Python
     number one): a call of a tensor method, a matrix product, or a name the scope
     uses as a tensor or binds to a torch call."""
-    if _used_as_tensors(expr) or contains(expr, cst.BinaryOperation, lambda n: isinstance(n.operator, cst.MatrixMultiply)):
+    if _used_as_tensors(expr) - {"self"} or contains(expr, cst.BinaryOperation, lambda n: isinstance(n.operator, cst.MatrixMultiply)):
         return True
-    for name in variable_names(expr):
+    for name in variable_names(expr) - {"self"}:  # `self.f(...)` calls a method, not a tensor's
         if tensor_evidence(name, scope):
             return True
         bound = [a.value for a in nodes(scope, cst.Assign) if any(name_of(t.target) == name for t in a.targets)]
