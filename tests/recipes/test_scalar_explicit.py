@@ -379,6 +379,10 @@ TOLIST_PARAMS = "x: torch.Tensor, t: torch.Tensor, experts: list[torch.Tensor], 
             "ws = t.float().tolist()\nreturn x * (ws[0] + 1e-6) - x.clamp(max=ws[1])",
             "ws = t.float().detach().double().unbind(0)",
         ),
+        (  # enumerated
+            "ws = t.tolist()\nfor i, w in enumerate(ws):\n    x = x.roll(i, 0) + w * x\nreturn x",
+            "ws = t.detach().unbind(0)",
+        ),
         (  # an integer tensor's list (GB0033), zipped in a for statement
             "counts = (t > 0).long().sum(0).tolist()\ny = x\nfor c, e in zip(counts, experts):\n    y = y + e * c\nreturn y",
             "counts = (t > 0).long().sum(0).detach().unbind(0)",
@@ -404,6 +408,8 @@ def test_tolist_rewrites(body, expected):
         "ws = t.tolist()\nreturn sum(w * e for w, *e in zip(ws, experts))",
         "ws = t.tolist()\nreturn sum(w * e for w, e in zip(ws, experts, strict=True))",
         "ws = t.tolist()\nreturn sum(w * e for w, e in zip(ws, x))",  # x's elements may be 0-dim
+        "ws = t.tolist()\nfor i, w in enumerate(ws):\n    x = x[: int(w)]\nreturn x",  # a slice bound
+        "ws = t.tolist()\nfor i, w in enumerate(ws, 1):\n    x = x * w\nreturn x",
         "return x * t.tolist()[0]",  # not bound to a name
         "ws = x.shape.numel()\nws = t.tolist()\nreturn x * ws[0]",
     ],

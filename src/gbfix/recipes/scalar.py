@@ -924,7 +924,7 @@ class TolistToTensors(Recipe):
     Each element is then a 0-dim tensor where it was a Python number, used as item-to-tensor
     allows (`w * e` with a dimensioned floating tensor `e`, a clamp bound, ...), so the
     results are the same (see the module doc). The list is only iterated (`for w in ws`,
-    `zip(ws, experts)` in a loop or a comprehension), indexed (`ws[i]`) or measured
+    `zip(ws, experts)`, `enumerate(ws)` in a loop or a comprehension), indexed (`ws[i]`) or measured
     (`len(ws)`), where a tuple of tensors behaves as the list does. `.double()` comes first
     when literal arithmetic follows (`w + 1e-6`), as for one read.
     """
@@ -991,13 +991,17 @@ class TolistToTensors(Recipe):
             names = {q.name for q in scope.get_qualified_names_for(call.func)} if scope is not None else set()
             if names == {"builtins.len"} and len(call.args) == 1:
                 return []
-            loop = f.parent(call) if names == {"builtins.zip"} else None
+            loop = f.parent(call) if names in ({"builtins.zip"}, {"builtins.enumerate"}) else None
             if not isinstance(loop, (cst.For, cst.CompFor)) or loop.iter is not call or not isinstance(loop.target, cst.Tuple):
                 return None
-            k = call.args.index(up)
-            if len(loop.target.elements) != len(call.args) or not isinstance(loop.target.elements[k].value, cst.Name):
+            if names == {"builtins.enumerate"}:  # `for i, w in enumerate(ws)`: the second name
+                k, width = (1, 2) if len(call.args) == 1 else (None, None)
+            else:
+                k, width = call.args.index(up), len(call.args)
+            elements = loop.target.elements
+            if k is None or len(elements) != width or not isinstance(elements[k].value, cst.Name):
                 return None
-            return TolistToTensors._loads(f, loop.target.elements[k].value)
+            return TolistToTensors._loads(f, elements[k].value)
         if isinstance(up, (cst.For, cst.CompFor)) and up.iter is ref and isinstance(up.target, cst.Name):
             return TolistToTensors._loads(f, up.target)
         return None
