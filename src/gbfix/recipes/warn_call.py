@@ -15,11 +15,13 @@ helpers, the first preferred:
       warnings.warn("msg", FutureWarning, stacklevel=2)  ->  _gbfix_warn("msg", "FutureWarning", 57)
       warnings.warn(f"`{name}` is deprecated")           ->  _gbfix_warn(f"`{name}` is deprecated", "UserWarning", 9)
 
-  The message may be any expression: the helper runs while Dynamo traces, and
-  hands a message known then (a str: a literal, or an f-string of a helper's
-  arguments) to the op; any other value (text built from a tensor, a Warning
-  instance in a variable) is warned by the helper itself, which breaks again
-  there, so the verifier rejects the edit.
+  The message may be an expression: the helper runs while Dynamo traces, and
+  hands the text known then (a literal, an f-string of a helper's arguments)
+  to the op. A message that may hold a tensor is declined
+  (``not_text_or_number``: Dynamo formats an f-string with a tensor field
+  lazily, no text for the op); a parameter of the function counts as text
+  when an uncompiled run showed it so (``observe``). Any other value reaching
+  the helper is warned by the helper itself, which breaks again there.
 
   Inside the op the Python stack is torch's, so the op does not call
   ``warnings.warn``: it calls ``warnings.warn_explicit`` with this module's
