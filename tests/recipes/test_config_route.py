@@ -95,3 +95,19 @@ def test_the_same_edit_for_two_sites_in_one_file():
     first = at(source, CaptureScalarOutputs)
     second = at(source, CaptureScalarOutputs, "b.max().item()")
     assert first == second and first is not None
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        'assert lengths.max().item() <= slen, "lengths exceed the cache"',  # transformers' XLM/FSMT idiom
+        "assert int(lengths.max().item()) <= slen",
+        "assert (\n        lengths.max().item() <= slen\n    ), 'too long'",
+    ],
+)
+def test_scalar_route_declines_a_read_that_feeds_an_assert(check):
+    """Traced, the assert becomes a runtime assert of the graph: a RuntimeError, not an AssertionError."""
+    source = f"import torch\n\n\ndef check(lengths, slen):\n    {check}\n    return lengths\n"
+    assert at(source, CaptureScalarOutputs, needle="lengths.max().item()") is None
+    spelled_as_a_statement = source.replace(check, "n = lengths.max().item()")
+    assert at(spelled_as_a_statement, CaptureScalarOutputs, needle="lengths.max().item()") is not None

@@ -21,7 +21,7 @@ from typing import ClassVar
 
 import libcst as cst
 
-from gbfix.recipes.base import Recipe, SiteContext
+from gbfix.recipes.base import Decline, Recipe, SiteContext
 from gbfix.recipes.layout import after_imports
 
 
@@ -70,6 +70,13 @@ class CaptureScalarOutputs(_ConfigRoute):
     why = "trace .item() / .tolist() into the graph as symbolic scalars"
     summary = "set torch._dynamo.config.capture_scalar_outputs = True at import: .item() stays in the graph"
     rule = "GB0124"
+
+    def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
+        # A traced `assert t.max().item() < n` becomes a runtime assert of the graph:
+        # a failing check raises RuntimeError, not AssertionError with its message.
+        if ctx.enclosing(cst.Assert) is not None:
+            raise Decline("the read feeds an assert, which would raise RuntimeError instead of AssertionError")
+        return super().anchor(ctx)
 
 
 class CaptureDynamicOutputShapeOps(_ConfigRoute):
