@@ -588,6 +588,17 @@ def test_warn_rule_example():
     assert f'"FutureWarning", {line})' in after
 
 
+def test_warn_rule_example_in_a_context_manager():
+    example = _rule("GB0007", "a warning inside a context manager")
+    assert rewrite_line(example.before, WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES) == example.after
+
+
+def test_warn_op_declines_an_f_string_of_a_generators_parameters():
+    # the uncompiled run does not observe generators (a context manager's body is one):
+    # a parameter in the message might be a tensor, which Dynamo would format lazily
+    assert rewrite_line(WARN_PLACES, WarnToOp, 'warnings.warn(f"legacy_scope', "GB0007", capabilities=ALL_CAPABILITIES) is None
+
+
 def test_warn_rule_example_with_values():
     # the f-string is built while Dynamo traces (a static shape, an attribute): text for the op
     example = _rule("GB0007", "a message formatted with values")
