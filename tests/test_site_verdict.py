@@ -52,3 +52,30 @@ def test_a_break_elsewhere_is_not_the_edits_doing():
 def test_a_new_code_inside_a_rewritten_span_is_a_new_break():
     inline = edit_at(20, (20, 4), (20, 30))
     assert site_verdict(inline, [trial("GB0033", 20, 4, rewritten=True)], 8, set())[0] == "rejected:new-break"
+
+
+# An inline edit on line 20 that calls a helper it adds after the imports (lines 5-9).
+HELPER = "def _gbfix_pick(xs):\n    return max(xs)\n"
+
+
+def helper_edit() -> Edit:
+    site = Site(PATH, 20, 8, 13, brk("GB0193", 20, 8))
+    return Edit(1, site, "pick-by-key", "safe", "", (20, 4), (20, 30), None, None, (), (("_gbfix_pick", HELPER),))
+
+
+def in_helper(code: str, caller_line: int) -> TrialBreak:
+    caller = Mapped(caller_line, caller_line, caller_line == 20)
+    return TrialBreak(code, PATH, Mapped(5, 9, True), 4, brk(code, 6, 4), "_gbfix_pick", (caller,))
+
+
+def test_the_sites_break_moved_into_the_edits_helper_is_no_reduction():
+    status, detail = site_verdict(helper_edit(), [in_helper("GB0193", 20)], 8, set())
+    assert status == "rejected:no-reduction" and "inside _gbfix_pick" in detail
+
+
+def test_a_new_code_inside_the_edits_helper_is_a_new_break():
+    assert site_verdict(helper_edit(), [in_helper("GB0059", 20)], 8, set())[0] == "rejected:new-break"
+
+
+def test_the_helper_reached_from_another_call_is_not_this_edits_doing():
+    assert site_verdict(helper_edit(), [in_helper("GB0193", 40)], 8, set()) is None

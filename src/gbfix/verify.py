@@ -9,6 +9,8 @@ An edit is kept only if
 
 from __future__ import annotations
 
+import os
+import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +29,10 @@ class TrialBreak:
     at: Mapped
     col: int | None
     brk: Break
+    function: str = ""  # the function of the frame in the targets
+    # The frames of the same file that called it, innermost first, lines mapped back:
+    # a break inside a helper an edit added is the edit's if a call from its span led there.
+    callers: tuple[Mapped, ...] = ()
 
 
 def site_key(site: Site) -> tuple:
@@ -42,9 +48,15 @@ def place(result: RunResult, targets: set[Path], maps: dict[Path, LineMap]) -> l
             continue
         path, frame = owned
         lm = maps.get(path)
-        at = lm(frame.line) if lm else Mapped(frame.line, frame.line, False)
-        out.append(TrialBreak(brk.root.code or brk.root.gb_type, path, at, frame.col, brk))
+        mapped = lm or (lambda line: Mapped(line, line, False))
+        inner = brk.stack.index(frame)
+        callers = tuple(mapped(f.line) for f in reversed(brk.stack[:inner]) if _same_file(f.file, path))
+        out.append(TrialBreak(brk.root.code or brk.root.gb_type, path, mapped(frame.line), frame.col, brk, frame.name, callers))
     return out
+
+
+def _same_file(file: str, path: Path) -> bool:
+    return Path(os.path.realpath(file)) == path
 
 
 def site_verdict(
@@ -57,8 +69,16 @@ def site_verdict(
     """
     site = edit.site
     first, last = edit.start[0], edit.end[0]
+    helpers = _helper_names(edit)
     for tb in trial:
         if tb.path != site.path:
+            continue
+        if tb.function in helpers and any(c.line <= last and c.last >= first for c in tb.callers):
+            # The edit's call of a helper it added still breaks, inside the helper.
+            if tb.code == site.code:
+                return "rejected:no-reduction", f"{site.code} still breaks, inside {tb.function}"
+            if tb.code not in codes_before:
+                return "rejected:new-break", f"{tb.function} breaks with {describe(tb)}"
             continue
         if not tb.at.rewritten:
             if (tb.at.line, tb.col, tb.code) == (site.line, byte_col, site.code):
@@ -74,6 +94,14 @@ def site_verdict(
             if tb.code not in codes_before:
                 return "rejected:new-break", f"the rewritten code breaks with {describe(tb)}"
     return None
+
+
+def _helper_names(edit: Edit) -> set[str]:
+    """The functions the module-level helpers of an edit define."""
+    return {m.group(1) for _, code in edit.helpers for m in _DEF.finditer(code)}
+
+
+_DEF = re.compile(r"^\s*(?:async\s+)?def\s+(\w+)", re.MULTILINE)
 
 
 def describe(tb: TrialBreak) -> str:
