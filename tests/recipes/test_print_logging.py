@@ -424,9 +424,11 @@ def test_logging_op_parameter_kinds_from_an_uncompiled_run(kind, fixed):
     source = module.replace("{stmt}", 'logger.info("step %d", step)')
     assert _observe(source, 'logger.info("step %d", step)') == "forward"
     assert _observe(module.replace("{stmt}", 'logger.info("a")'), 'logger.info("a")') is None
+    # a site declined whatever the run shows asks for nothing (and raises nothing)
+    assert _observe(module.replace("{stmt}", 'logger.info(f"{step:{x}}")'), 'logger.info(f"{step') is None
 
 
-def _observe(source: str, needle: str) -> str | None:
+def _observe(source: str, needle: str, recipe=LoggerToOp, code: str = "GB0291") -> str | None:
     from gbfix.locate import ParsedFile
     from gbfix.records import Break, Cause, Frame, Site
     from gbfix.recipes.base import SiteContext
@@ -434,9 +436,9 @@ def _observe(source: str, needle: str) -> str | None:
 
     parsed = ParsedFile(SourceFile(Path("/virtual/example.py"), source.encode(), source, "utf-8"))
     line, col, end = line_site(source, needle)
-    brk = Break(causes=(Cause("GB0291", "GB0291", ""),), stack=(Frame("/virtual/example.py", line, col, end, "f"),))
+    brk = Break(causes=(Cause(code, code, ""),), stack=(Frame("/virtual/example.py", line, col, end, "f"),))
     site = Site(Path("/virtual/example.py"), line, col, end, brk)
-    fn = LoggerToOp().observe(SiteContext(site, parsed.node_at(line, col, end), parsed, ALL_CAPABILITIES))
+    fn = recipe().observe(SiteContext(site, parsed.node_at(line, col, end), parsed, ALL_CAPABILITIES))
     return None if fn is None else fn.name.value
 
 
@@ -856,3 +858,10 @@ def test_warn_op_helper_parameters_by_an_uncompiled_run(kind, fixed):
     observed = {} if kind is None else {line: (ObservedCall(args, ValueSpec("none")),)}
     out = rewrite_line(WARN_PLACES, WarnToOp, 'warnings.warn(f"`{name}`', "GB0007", capabilities=ALL_CAPABILITIES, observed=observed)
     assert (out is not None) == fixed
+
+
+def test_warn_op_asks_to_observe_a_helper_whose_parameters_make_the_message():
+    assert _observe(WARN_PLACES, 'warnings.warn(f"`{name}`', WarnToOp, "GB0007") == "deprecate"
+    assert _observe(WARN_PLACES, 'warnings.warn("chunks()', WarnToOp, "GB0007") is None
+    nested = WARN_PLACES.replace("{version}. {message}", "{version:{message}}")
+    assert _observe(nested, 'warnings.warn(f"`{name}`', WarnToOp, "GB0007") is None

@@ -254,7 +254,11 @@ def _gbfix_log_named(name, method, *args, template=False):
         fn = ctx.enclosing(cst.FunctionDef)
         if call is None or fn is None:
             return None
-        return fn if any(parameter(fn, v) for v in self._values(ctx, call)) else None
+        try:
+            values = self._values(ctx, call)
+        except Decline:
+            return None  # declined whatever the run shows
+        return fn if any(parameter(fn, v) for v in values) else None
 
     def match(self, ctx: SiteContext) -> cst.Call | None:
         self.helper, self.helper_code = type(self).helper, type(self).helper_code

@@ -160,7 +160,11 @@ def _gbfix_warn(message, category, lineno):
         fn = ctx.enclosing(cst.FunctionDef)
         if call is None or fn is None:
             return None
-        return fn if any(parameter(fn, v) for v in _message_values(ctx, call, self._bound["message"].value)) else None
+        try:
+            values = _message_values(ctx, call, self._bound["message"].value)
+        except Decline:
+            return None  # declined whatever the run shows
+        return fn if any(parameter(fn, v) for v in values) else None
 
     def match(self, ctx: SiteContext) -> cst.Call | None:
         call = super().match(ctx)
