@@ -112,3 +112,13 @@ def test_declines_a_cached_tensor_and_takes_torch_queries():
     assert _probe(body="return torch.arange(n).float()", params="n", args="4") is None
     out = _probe(body='return torch.cuda.is_available() and shutil.which("nvcc") is not None')
     assert out is not None and "@torch._dynamo.assume_constant_result\ndef probe(" in out
+
+
+def test_a_torch_query_gb0208_rule_example():
+    from pathlib import Path
+
+    from gbfix.rules import parse
+
+    rules = Path(__file__).resolve().parents[2] / "rules" / "GB0208.md"
+    example = next(e for e in parse(rules) if e.title.startswith("a thread count"))
+    assert rewrite_line(example.before, EnvCheckConstant, "return torch.get_num_threads()", "GB0208") == example.after

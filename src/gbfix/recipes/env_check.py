@@ -1,4 +1,4 @@
-"""GB0007 / GB0059 inside a cached environment probe: ``assume_constant_result``.
+"""GB0007 / GB0059 / GB0208 inside a cached environment probe: ``assume_constant_result``.
 
 Most environment checks do not break on torch 2.13: Dynamo runs
 ``importlib.util.find_spec``, ``importlib.metadata.version``, ``os.environ.get``,
@@ -6,7 +6,9 @@ Most environment checks do not break on torch 2.13: Dynamo runs
 it traces through ``functools.lru_cache`` (ignoring the cache). Probes that reach
 the file system or the OS do break: ``shutil.which`` and ``os.path.exists``
 (``posix.stat``), ``os.cpu_count()``, ``socket.gethostname()``,
-``importlib.import_module``, ``open(...)`` of a config file. Written as
+``importlib.import_module``, ``open(...)`` of a config file, and torch's own
+queries that return no tensor (``torch.get_num_threads()``,
+``torch.backends.mps.is_available()``: GB0208). Written as
 transformers writes them, they are module-level functions cached with
 ``functools.lru_cache`` (or ``functools.cache``)::
 
@@ -55,7 +57,7 @@ _READ_MODES = frozenset({"r", "rb", "rt", "br", "tr"})
 
 class EnvCheckConstant(Recipe):
     name = "env-check-constant"
-    codes = ("GB0007", "GB0059")
+    codes = ("GB0007", "GB0059", "GB0208")
     safety = "safe"
     rule = "GB0007"
     summary = "a cached environment probe Dynamo cannot trace -> @torch._dynamo.assume_constant_result under its cache"
