@@ -865,3 +865,37 @@ def test_warn_op_asks_to_observe_a_helper_whose_parameters_make_the_message():
     assert _observe(WARN_PLACES, 'warnings.warn("chunks()', WarnToOp, "GB0007") is None
     nested = WARN_PLACES.replace("{version}. {message}", "{version:{message}}")
     assert _observe(nested, 'warnings.warn(f"`{name}`', WarnToOp, "GB0007") is None
+
+
+TRANSFORMERS_MODULE = '''\
+import torch
+from torch import nn
+
+from ...utils import LossKwargs, logging
+
+logger = logging.get_logger(__name__)
+
+
+class LlamaForSequenceClassification(nn.Module):
+    def forward(self, input_ids=None, inputs_embeds=None):
+        if input_ids is None:
+            logger.warning_once(
+                f"{self.__class__.__name__} will not detect padding tokens in `inputs_embeds`. Results may be "
+                "unexpected if using padding tokens in conjunction with `inputs_embeds.`"
+            )
+        return inputs_embeds
+'''
+
+
+def test_logging_op_on_transformers_own_spelling():
+    """transformers 4.52's modeling_llama.py: its own `logging` module (no stdlib
+    import may rebind it), get_logger, and an f-string concatenated with a string."""
+    out = rewrite_line(TRANSFORMERS_MODULE, LoggerToOp, "logger.warning_once(", "GB0291", capabilities=ALL_CAPABILITIES)
+    assert "\nimport logging" not in out and '__import__("logging")' in out
+    call = out[out.index("            _gbfix_log(") :]
+    assert call.startswith(
+        '            _gbfix_log(\n                "logger",\n                "warning_once",\n'
+        '                "{} will not detect padding tokens in `inputs_embeds`. Results may be unexpected if using '
+        'padding tokens in conjunction with `inputs_embeds.`",\n'
+        "                self.__class__.__name__,\n                template=True\n            )\n"
+    )
