@@ -1602,3 +1602,79 @@ def test_where_broadcast_takes_augmented_assignments(case):
 def test_where_broadcast_declines_other_augmented_assignments(stmt):
     source = f"def f(self, x):\n    x = x.float()\n    if x.max() > 0:\n        {stmt}\n    return x\n"
     assert fix(source, BranchToWhereUnchecked, "x.max() > 0") is None
+
+
+GENERAL_EXPRESSION_CASES = {
+    "kept when no padding (flag, helper)": (
+        """
+        def f(x, ids):
+            pad = ids.eq(0)
+            has_pad = pad.any()
+            return x if not has_pad else x.masked_fill(pad[..., None], 0.0)
+        """,
+        "x if not has_pad",
+        """
+        def f(x, ids):
+            pad = ids.eq(0)
+            has_pad = pad.any()
+            return x.masked_fill(pad[..., None], 0.0)
+        """,
+    ),
+    "kept when all finite (method)": (
+        """
+        class M:
+            def forward(self, h):
+                return h if torch.isfinite(h).all() else torch.nan_to_num(h)
+        """,
+        "h if torch",
+        """
+        class M:
+            def forward(self, h):
+                return torch.nan_to_num(h)
+        """,
+    ),
+    "or: the Python part still keeps x": (
+        """
+        class M:
+            def forward(self, scores, ids):
+                pad = ids == 0
+                return scores if not self.training or not pad.any() else scores.masked_fill(pad, -1e4)
+        """,
+        "scores if not",
+        """
+        class M:
+            def forward(self, scores, ids):
+                pad = ids == 0
+                return scores if not self.training else scores.masked_fill(pad, -1e4)
+        """,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", GENERAL_EXPRESSION_CASES)
+def test_general_path_conditional_expression_either_way(case):
+    source, fragment, expected = GENERAL_EXPRESSION_CASES[case]
+    assert fix(source, BranchToGeneralPath, fragment) == body(expected)
+
+
+def test_general_path_or_with_a_python_part_drops_the_whole_if():
+    # `P or c`: P takes the update, and so does c; without either the update is the identity
+    source = """
+    class M:
+        def forward(self, x, ids):
+            pad = ids == 0
+            if not self.training or pad.any():
+                x = x.masked_fill(pad[..., None], 0.0)
+            return x
+    """
+    assert fix(source, BranchToGeneralPath, "if not self.training", whole_if=True) == body(
+        """
+        class M:
+            def forward(self, x, ids):
+                pad = ids == 0
+                x = x.masked_fill(pad[..., None], 0.0)
+                return x
+        """
+    )
+    swapped = source.replace("x = x.masked_fill", "x = y.masked_fill").replace("(self, x, ids)", "(self, x, y, ids)")
+    assert fix(swapped, BranchToGeneralPath, "if not self.training", whole_if=True) is None  # not x's update

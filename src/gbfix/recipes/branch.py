@@ -19,7 +19,7 @@ from __future__ import annotations
 import builtins
 import json
 from collections.abc import Iterator, Sequence, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import libcst as cst
 import libcst.matchers as m
@@ -1303,13 +1303,20 @@ class BranchToGeneralPath(BranchRecipe):
             return None
         node, test = found
         scope = scope_of(ctx, node)
+        cond, negated = test.cond, False
         if isinstance(node, cst.IfExp):
-            if name_of(node.orelse) is None or (test.prefix is not None and test.kind != "and"):
+            # `G if c else x`, or `x if not c else G` / `x if x.isfinite().all() else G`
+            if isinstance(cond, cst.UnaryOperation) and isinstance(cond.operator, cst.Not):
+                negated, cond = True, _bare(cond.expression)
+            elif _finite_check(cst.UnaryOperation(operator=cst.Not(), expression=cond)) is not None:
+                negated, cond = True, cst.UnaryOperation(operator=cst.Not(), expression=cond)
+            kept, value = (node.body, node.orelse) if negated else (node.orelse, node.body)
+            if name_of(kept) is None:
                 return None
-            target, value = node.orelse.value, node.body
+            target = kept.value
         else:
             assign = single(node.body)
-            if node.orelse is not None or (test.prefix is not None and test.kind != "and"):
+            if node.orelse is not None:
                 return None
             if assign is None or not m.matches(assign, m.Assign(targets=[m.AssignTarget(target=m.Name())])):
                 return None
@@ -1318,13 +1325,16 @@ class BranchToGeneralPath(BranchRecipe):
             return None  # the general path makes a new tensor where the original kept x itself
         if not all(bound_before(ctx, n, node) for n in variable_names(value)):
             return None
-        if not self._identity_when_false(ctx, node, test.cond, value, target):
+        if not self._identity_when_false(ctx, node, cond, value, target):
             return None
+        # G whatever c is: a Python part P still decides where c did not (with `and`,
+        # G only under P; with `or`, x only under P), and `or` with G taken always goes.
+        keep = test.prefix is not None and (test.kind == "and") != negated
         if isinstance(node, cst.IfExp):
-            plan = value if test.prefix is None else cst.IfExp(test=test.prefix, body=value, orelse=node.orelse)
-            self._plan = plan.with_changes(lpar=node.lpar, rpar=node.rpar) if node.lpar else plan
+            plan = node.with_changes(test=test.prefix) if keep else value
+            self._plan = plan if keep or not node.lpar else plan.with_changes(lpar=node.lpar, rpar=node.rpar)
         else:
-            self._plan = _replace_if(ctx, node, test, assign)
+            self._plan = _replace_if(ctx, node, test if keep else replace(test, prefix=None), assign)
         return node
 
     @staticmethod
