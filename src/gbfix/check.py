@@ -73,7 +73,9 @@ def detect(
         if site is None:
             outside.append(brk)
         else:
-            sites.setdefault(site_key(site), site)  # the same site reached through two stacks is one
+            # The same site reached through two stacks is one, and so is a call of the
+            # user's with several breaks in a library behind it (baselines count lines).
+            sites.setdefault(site_key(site)[:4], site)
     ordered = sorted(sites.values(), key=lambda s: (str(s.path), s.line, s.col or 0, s.code))
     return Detected(run, tuple(ordered), tuple(outside), files, the_entry, time.perf_counter() - started, reused)
 

@@ -21,7 +21,7 @@ from gbfix.errors import EntryError
 from gbfix.entry import Entry
 from gbfix.launch import Warm
 from gbfix.linemap import LineMap
-from gbfix.locate import Locator, owned_frame
+from gbfix.locate import Locator, library_leaf, owned_frame
 from gbfix.records import Break, Edit, ObservedCall, Outcome, RunResult, Site, Status
 from gbfix.sources import SourceFile
 from gbfix.suppress import Filter
@@ -117,6 +117,7 @@ class _Session:
         # version of its file then: the edit's span held other breaks (an `if` whose arm
         # breaks too), and once an edit for them changes the file it is tried again.
         self.rejected: dict[tuple, dict[str, int | None]] = {}
+        self.declines: dict[tuple, dict[str, str]] = {}  # original site key -> recipe -> why it declined
         self.noise: Noise | None = None  # run-to-run differences of the original, once measured
         self.own_reference: RunResult | None = None  # the original on its own backend, if needed
         self.uncompiled: RunResult | None = None  # the original with Dynamo off, if needed
@@ -135,13 +136,14 @@ class _Session:
         lm = self.to_original.get(site.path)
         at = lm(site.line) if lm else None
         line = at.line if at else site.line
+        leaf = library_leaf(site.brk, site.path)  # breaks in a library behind one call are apart
         if at is not None and at.rewritten:
             # A line an edit rewrote: its columns are new; the same code on the same
             # original line is the break seen before (an `.item()` kept inside a new print).
             for key in self.seen:
-                if key[0] == site.path and key[1] == line and key[3] == site.code:
+                if key[0] == site.path and key[1] == line and key[3] == site.code and key[4] == leaf:
                     return key
-        return (site.path, line, site.col, site.code)
+        return (site.path, line, site.col, site.code, leaf)
 
     def note_site(self, site: Site) -> tuple:
         key = self.original_key(site)
@@ -270,7 +272,7 @@ class _Session:
         for site in sites:
             ctx = self._context(site, locator, caps)
             for recipe in recipes.candidates(site.code, unsafe=self.opts.unsafe_fixes):
-                fn = recipe().observe(ctx) if recipe.requires <= caps else None
+                fn = recipe().observation(ctx)
                 if fn is not None:
                     parsed = locator.parsed(site.path)
                     first = parsed.span(fn.decorators[0] if fn.decorators else fn)[0][0]
@@ -301,8 +303,11 @@ class _Session:
         for recipe in recipes.candidates(site.code, unsafe=self.opts.unsafe_fixes):
             if recipe.name in tried and tried[recipe.name] in (None, gen):
                 continue  # its own edit failed here before, and nothing it held was fixed since
-            rw = recipe().propose(ctx)
+            proposer = recipe()
+            rw = proposer.propose(ctx)
             if rw is None:
+                if proposer.declined:
+                    self.declines.setdefault(self.original_key(site), {})[recipe.name] = proposer.declined
                 continue
             edit = rw.edit(next(self.ids), site, recipe, locator.parsed(site.path))
             self.where[edit.id] = self.original_key(site)
@@ -621,6 +626,11 @@ class _Session:
         self.notes.append(f"fullgraph=True added at {', '.join(done)}, proven by a run with fullgraph=True on the program's own backend")
         return True
 
+    def no_recipe(self, key: tuple) -> str:
+        """Why no edit was proposed for a site, with what the recipes that looked said."""
+        said = self.declines.get(key)
+        return "no recipe applies" + (f" ({'; '.join(f'{r}: {why}' for r, why in said.items())})" if said else "")
+
     def findings(self, final: RunResult, caps: frozenset[str]) -> list[Finding]:
         """Every break seen (baseline, revealed, remaining) in original coordinates, with its fate."""
         locator = Locator(self.current)
@@ -645,7 +655,7 @@ class _Session:
                 site = remaining.get(key)
                 unsafe = self.unsafe_available(site, locator, caps) if site and not self.opts.unsafe_fixes else None
                 status = "fixable-unsafe" if unsafe else "unfixed"
-                detail = f"fixable with --unsafe-fixes ({unsafe})" if unsafe else reasons.get(key, "no recipe applies")
+                detail = f"fixable with --unsafe-fixes ({unsafe})" if unsafe else reasons.get(key, self.no_recipe(key))
                 if not unsafe and finding.brk is not None:
                     detail += f"; by hand: {escape.hatch(finding.brk.root)}"
             out.append(replace(finding, status=status, detail=detail))

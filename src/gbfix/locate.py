@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
+import sysconfig
 from functools import cached_property
 from pathlib import Path
 
@@ -22,6 +25,41 @@ def owned_frame(brk: Break, targets: set[Path]) -> tuple[Path, Frame] | None:
         if path in targets:
             return path, frame
     return None
+
+
+def library_leaf(brk: Break, path: Path) -> tuple[str, int] | None:
+    """(file, line) of the innermost frame below ``path``'s that lies in a library,
+    not torch's nor the standard library's; None when the break is in ``path`` itself.
+
+    Several breaks inside a library reached from one call of the user's (``model(x)``)
+    share the user's frame: this tells them apart."""
+    frames = brk.stack
+    mine = [i for i, f in enumerate(frames) if Path(os.path.realpath(f.file)) == path]
+    if not mine:
+        return None
+    for frame in reversed(frames[mine[-1] + 1 :]):
+        if frame.file.endswith(".py") and not torch_or_stdlib(frame.file):
+            return os.path.realpath(frame.file), frame.line
+    return None
+
+
+def torch_or_stdlib(file: str) -> bool:
+    """Whether ``file`` is one of torch's or of the standard library's."""
+    path = os.path.realpath(file)
+    if any(path.startswith(root) for root in _torch_folders()):
+        return True
+    # Site-packages lie under the standard library's folder (a venv's base interpreter's too).
+    return path.startswith(_STDLIB) and not {"site-packages", "dist-packages"} & set(Path(path[len(_STDLIB) :]).parts)
+
+
+@functools.cache
+def _torch_folders() -> tuple[str, ...]:
+    """Where torch is installed (found without importing it)."""
+    spec = importlib.util.find_spec("torch")
+    return tuple(os.path.join(os.path.realpath(p), "") for p in (spec.submodule_search_locations or ())) if spec else ()
+
+
+_STDLIB = os.path.join(os.path.realpath(sysconfig.get_paths()["stdlib"]), "")
 
 
 class ParsedFile:

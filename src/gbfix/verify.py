@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gbfix.linemap import LineMap, Mapped
-from gbfix.locate import owned_frame
+from gbfix.locate import library_leaf, owned_frame
 from gbfix.records import Break, Edit, RunResult, Site, Status
 
 
@@ -33,10 +33,13 @@ class TrialBreak:
     # The frames of the same file that called it, innermost first, lines mapped back:
     # a break inside a helper an edit added is the edit's if a call from its span led there.
     callers: tuple[Mapped, ...] = ()
+    leaf: tuple[str, int] | None = None  # see ``locate.library_leaf``
 
 
 def site_key(site: Site) -> tuple:
-    return (site.path, site.line, site.col, site.code)
+    """Breaks in a library behind one call of the user's (``model(x)``) are separate
+    sites: a fix of one is judged by its own break, not by the others'."""
+    return (site.path, site.line, site.col, site.code, library_leaf(site.brk, site.path))
 
 
 def place(result: RunResult, targets: set[Path], maps: dict[Path, LineMap]) -> list[TrialBreak]:
@@ -51,7 +54,8 @@ def place(result: RunResult, targets: set[Path], maps: dict[Path, LineMap]) -> l
         mapped = lm or (lambda line: Mapped(line, line, False))
         inner = brk.stack.index(frame)
         callers = tuple(mapped(f.line) for f in reversed(brk.stack[:inner]) if _same_file(f.file, path))
-        out.append(TrialBreak(brk.root.code or brk.root.gb_type, path, mapped(frame.line), frame.col, brk, frame.name, callers))
+        code = brk.root.code or brk.root.gb_type
+        out.append(TrialBreak(code, path, mapped(frame.line), frame.col, brk, frame.name, callers, library_leaf(brk, path)))
     return out
 
 
@@ -81,7 +85,7 @@ def site_verdict(
                 return "rejected:new-break", f"{tb.function} breaks with {describe(tb)}"
             continue
         if not tb.at.rewritten:
-            if (tb.at.line, tb.col, tb.code) == (site.line, byte_col, site.code):
+            if (tb.at.line, tb.col, tb.code, tb.leaf) == (site.line, byte_col, site.code, library_leaf(site.brk, site.path)):
                 return "rejected:no-reduction", f"{site.code} still breaks at line {site.line}"
             # An edit elsewhere (a config route) that trades the site's break for
             # another one on the same line gains nothing.

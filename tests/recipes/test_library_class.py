@@ -677,3 +677,39 @@ def test_engine_patches_a_class_the_library_builds(tmp_path):
 def _run(folder: Path) -> str:
     done = subprocess.run([sys.executable, "-m", "run"], cwd=folder, capture_output=True, text=True, check=True)
     return done.stdout
+
+
+def test_engine_fixes_two_library_breaks_behind_one_call(tmp_path):
+    """Two classes tinylib builds (Mixer and Gate) each break, both behind the script's one
+    `compiled(...)` call: they are two sites, each fixed and judged on its own."""
+    shutil.copytree(FIXTURES / "library_patch", tmp_path, dirs_exist_ok=True)
+    blocks, model = tmp_path / "tinylib" / "blocks.py", tmp_path / "tinylib" / "model.py"
+    blocks.write_text(blocks.read_text() + GATE)
+    model.write_text(
+        model.read_text()
+        .replace("from .blocks import Mixer", "from .blocks import Gate, Mixer")
+        .replace("self.head = nn.Linear(dim, 2)", "self.head = Gate(dim)")
+    )
+    before = _run(tmp_path)
+    script = (tmp_path / "run.py").resolve()
+    result = engine.fix([script], parse_entry("python -m run", tmp_path), engine.Options())
+    assert sorted(o.edit.recipe for o in result.outcomes if o.status == "applied") == ["library-patch", "library-patch"]
+    assert result.remaining == 0
+    script.write_bytes(result.fixed[script])
+    assert "_GbfixFixedMixer" in script.read_text() and "_GbfixFixedGate" in script.read_text()
+    assert _run(tmp_path) == before
+
+
+GATE = '''
+
+class Gate(nn.Module):
+    """The output head; its forward still announces that it is experimental."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.proj = nn.Linear(dim, 2)
+
+    def forward(self, x):
+        print("tinylib: Gate is experimental")
+        return self.proj(x)
+'''

@@ -111,6 +111,15 @@ class Recipe(cst.CSTTransformer):
         with ``ctx.observed`` filled."""
         return None
 
+    def observation(self, ctx: SiteContext) -> cst.FunctionDef | None:
+        """``observe`` as the engine asks it: a recipe that cannot run here, or declines, needs none."""
+        if not self.requires <= ctx.capabilities:
+            return None
+        try:
+            return self.observe(ctx)
+        except Decline:
+            return None
+
     def rewrite(self, node: cst.CSTNode) -> Replacement | None:
         """Transform the anchor; default: visit it with this transformer."""
         return node.visit(self)

@@ -114,11 +114,9 @@ import ast
 import builtins
 import functools
 import hashlib
-import importlib.util
 import inspect
 import io
 import os
-import sysconfig
 import textwrap
 from dataclasses import replace
 from pathlib import Path
@@ -130,7 +128,7 @@ from libcst.metadata import FunctionScope, QualifiedNameSource
 
 from gbfix import edits, recipes
 from gbfix.errors import GbfixError
-from gbfix.locate import Locator, ParsedFile
+from gbfix.locate import Locator, ParsedFile, torch_or_stdlib
 from gbfix.recipes.base import Recipe, Replacement, SiteContext
 from gbfix.recipes.layout import add_helpers, blank_lines_before
 from gbfix.recipes.print_call import call_at, global_bindings, qualified_names
@@ -743,7 +741,7 @@ def _innermost_method(stack: tuple[Frame, ...], user_at: int) -> tuple[int, Path
     class of a library (not torch's, not the standard library's), and that method."""
     for j in range(len(stack) - 1, user_at, -1):
         frame = stack[j]
-        if not frame.file.endswith(".py") or _machinery(frame) or _torch_or_stdlib(frame.file):
+        if not frame.file.endswith(".py") or _machinery(frame) or torch_or_stdlib(frame.file):
             continue
         try:
             path, lib = _library(frame)
@@ -754,33 +752,13 @@ def _innermost_method(stack: tuple[Frame, ...], user_at: int) -> tuple[int, Path
     raise _Decline("no library method in the stack below the user's call")
 
 
-def _torch_or_stdlib(file: str) -> bool:
-    """torch refers to its classes from many modules and mappings (a rebinding in one
-    reaches few), and a class of the standard library is everyone's."""
-    path = os.path.realpath(file)
-    if any(path.startswith(root) for root in _torch_folders()):
-        return True
-    # Site-packages lie under the standard library's folder (a venv's base interpreter's too).
-    return path.startswith(_STDLIB) and not {"site-packages", "dist-packages"} & set(Path(path[len(_STDLIB) :]).parts)
-
-
-@functools.cache
-def _torch_folders() -> tuple[str, ...]:
-    """Where torch is installed (found without importing it)."""
-    spec = importlib.util.find_spec("torch")
-    return tuple(os.path.join(os.path.realpath(p), "") for p in (spec.submodule_search_locations or ())) if spec else ()
-
-
-_STDLIB = os.path.join(os.path.realpath(sysconfig.get_paths()["stdlib"]), "")
-
-
 def _importers(frames: tuple[Frame, ...], libmod: str, name: str) -> dict[str, tuple[ParsedFile, str]]:
     """The modules of the library frames between the user's call and the method
     that import the class at module level (``from .blocks import Mixer``): the
     name their code constructs is their own global, which the patch rebinds too."""
     found: dict[str, tuple[ParsedFile, str]] = {}
     for frame in frames:
-        if _machinery(frame) or not frame.file.endswith(".py") or _torch_or_stdlib(frame.file):
+        if _machinery(frame) or not frame.file.endswith(".py") or torch_or_stdlib(frame.file):
             continue
         try:
             path, parsed = _library(frame)
