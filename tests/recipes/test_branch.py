@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from gbfix.locate import ParsedFile
+from gbfix.records import Break, Cause, Frame, Site
+from gbfix.recipes.base import SiteContext
 from gbfix.recipes.branch import (
     RECIPES,
     BranchDropShortcut,
@@ -19,6 +22,7 @@ from gbfix.recipes.branch import (
     BranchToWhere,
     BranchToWhereUnchecked,
 )
+from gbfix.sources import SourceFile
 from tests.helpers import ALL_CAPABILITIES, rewrite_at
 
 RULE = Path(__file__).resolve().parents[2] / "rules" / "GB0170.md"
@@ -1678,3 +1682,21 @@ def test_general_path_or_with_a_python_part_drops_the_whole_if():
     )
     swapped = source.replace("x = x.masked_fill", "x = y.masked_fill").replace("(self, x, ids)", "(self, x, y, ids)")
     assert fix(swapped, BranchToGeneralPath, "if not self.training", whole_if=True) is None  # not x's update
+
+
+def test_where_says_when_a_call_in_the_arm_blocks_it():
+    source = body("def f(x):\n    if x.sum() > 0:\n        print('big')\n        x = x * 2\n    return x\n")
+    line, col, end = site(source, "x.sum() > 0")
+    parsed = ParsedFile(SourceFile(Path("/virtual/example.py"), source.encode(), source, "utf-8"))
+    brk = Break(causes=(Cause("GB0170", "GB0170", ""),), stack=(Frame("/virtual/example.py", line, col, end, "f"),))
+    at = Site(Path("/virtual/example.py"), line, col, end, brk)
+    ctx = SiteContext(at, parsed.node_at(line, col, end), parsed, ALL_CAPABILITIES)
+    for recipe in (BranchToWhere(), BranchToWhereUnchecked()):
+        assert recipe.propose(ctx) is None
+        assert recipe.declined == "the `if` body calls `print('big')`, which may have effects: torch.where runs both arms"
+    # the exception a `raise` builds is branch-to-check's business, not an effect to report
+    raising = source.replace("print('big')\n        x = x * 2", "raise ValueError('big')")
+    parsed = ParsedFile(SourceFile(at.path, raising.encode(), raising, "utf-8"))
+    recipe = BranchToWhere()
+    assert recipe.propose(SiteContext(at, parsed.node_at(line, col, end), parsed, ALL_CAPABILITIES)) is None
+    assert recipe.declined is None

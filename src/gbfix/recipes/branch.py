@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 import libcst as cst
 import libcst.matchers as m
 
-from gbfix.recipes.base import Recipe, Replacement, SiteContext
+from gbfix.recipes.base import Decline, Recipe, Replacement, SiteContext
 from gbfix.recipes.tree import contains, nodes, param_names, variable_names, variables, walk
 
 _WIDTH = 88  # longer generated calls get one argument a line, as black would lay them out
@@ -880,6 +880,11 @@ class BranchToWhere(BranchRecipe):
                     where = where.with_changes(lpar=[], rpar=[])
             self._plan = where.with_changes(lpar=node.lpar or where.lpar, rpar=node.rpar or where.rpar)
             return node
+        smalls = nodes(node.body, (cst.Expr, cst.Assign, cst.AugAssign), nested=False)  # not a raise's exception
+        effect = next((n for sm in smalls for n in walk(sm) if isinstance(n, cst.Call) and not _pure_call(n)), None)
+        if effect is not None:
+            # said, since it is what blocks the fix (in a loop it even hides the call's own break)
+            raise Decline(f"the `if` body calls `{ctx.code(effect)}`, which may have effects: torch.where runs both arms")
         assigns = _name_assigns(node.body, augmented=not self.proven)
         if assigns is None:
             return None
@@ -951,8 +956,11 @@ class BranchToWhereUnchecked(BranchToWhere):
     proven = False
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
-        if BranchToWhere().anchor(ctx) is not None:
-            return None  # the safe recipe's edit: not proposed again as an unsafe one
+        try:
+            if BranchToWhere().anchor(ctx) is not None:
+                return None  # the safe recipe's edit: not proposed again as an unsafe one
+        except Decline:
+            pass  # its reason holds here too, and the anchor below says it again
         return super().anchor(ctx)
 
 
