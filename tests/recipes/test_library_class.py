@@ -713,3 +713,17 @@ class Gate(nn.Module):
         print("tinylib: Gate is experimental")
         return self.proj(x)
 '''
+
+
+def test_a_library_logger_call_goes_through_the_log_op(tmp_path):
+    """logger-to-op asks for observed calls only where arguments need them: a literal
+    message in a library method (transformers' deprecation notices) is fixed in the copy."""
+    layers = LAYERS.replace("import warnings\n", "import logging\nimport warnings\n")
+    layers = layers.replace("SCALE = 0.5\n", "SCALE = 0.5\nlogger = logging.getLogger(__name__)\n")
+    body = """\
+        if mask is not None:
+            logger.warning("Block: `mask` is deprecated and ignored")  # BREAK
+        return x + SCALE * self.proj(x)"""
+    out = fix(tmp_path, body=body, code="GB0291", lib_span="logger.warning(", layers=layers)
+    assert "from pkg.layers import SCALE, logger" in out
+    assert '_gbfix_log("logger", "warning", "Block: `mask` is deprecated and ignored")  # BREAK' in out

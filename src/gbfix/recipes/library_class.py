@@ -129,7 +129,7 @@ from libcst.metadata import FunctionScope, QualifiedNameSource
 from gbfix import edits, recipes
 from gbfix.errors import GbfixError
 from gbfix.locate import Locator, ParsedFile, torch_or_stdlib
-from gbfix.recipes.base import Recipe, Replacement, SiteContext
+from gbfix.recipes.base import Decline, Recipe, Replacement, SiteContext
 from gbfix.recipes.layout import add_helpers, blank_lines_before
 from gbfix.recipes.print_call import call_at, global_bindings, qualified_names
 from gbfix.recipes.tree import nodes, variables
@@ -166,20 +166,17 @@ _NEUTRAL_DECORATORS = frozenset(
 _MODULE_DUNDERS = frozenset({"__name__", "__file__", "__spec__", "__package__", "__loader__", "__doc__", "__builtins__", "__path__"})
 
 
-class _Decline(Exception):
-    pass
-
-
 def _inner_recipes() -> tuple[type[Recipe], ...]:
     """The registry's recipes listed before this module that rewrite code in
     place: not the ones that move torch.compile (they make no sense inside a
-    library's method) or that need observed calls (the copied method has none yet).
+    library's method). One that needs observed calls for a site is skipped there
+    (the copied method has none yet).
 
     Imported here, not through ``recipes.all_recipes()``: that imports this
     module too, which is not finished at this point."""
     found = recipes.listed_before(_HERE)
     return tuple(
-        r for r in found if not r.process_wide and "compile-boundary" not in r.tolerates and r.observe is Recipe.observe
+        r for r in found if not r.process_wide and "compile-boundary" not in r.tolerates
     )
 
 
@@ -194,10 +191,7 @@ class _LibraryClass(Recipe):
     rule = "GB0059"
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
-        try:
-            self._new = self._build(ctx)
-        except _Decline:
-            return None
+        self._new = self._build(ctx)
         return ctx.module
 
     def _build(self, ctx: SiteContext) -> cst.Module:
@@ -242,12 +236,12 @@ def _library_frame(ctx: SiteContext) -> tuple[int, int]:
     here = str(ctx.site.path)
     mine = [i for i, f in enumerate(stack) if os.path.realpath(f.file) == here]
     if not mine:
-        raise _Decline("the site's frame is not in the stack")
+        raise Decline("the site's frame is not in the stack")
     j = mine[-1] + 1
     while j < len(stack) and _machinery(stack[j]):
         j += 1
     if j >= len(stack) or not stack[j].file.endswith(".py"):
-        raise _Decline("no Python frame below the user's call")
+        raise Decline("no Python frame below the user's call")
     return mine[-1], j
 
 
@@ -283,10 +277,10 @@ def _library(frame: Frame) -> tuple[Path, ParsedFile]:
         st = os.stat(path)
         stamp = (st.st_mtime_ns, st.st_size)
         if not any(name == frame.name and a <= frame.line <= b for _, name, a, b in method_spans(path, stamp)):
-            raise _Decline("the frame is not in a method of a module-level class")
+            raise Decline("the frame is not in a method of a module-level class")
         return Path(path), _parse_library(path, stamp)
     except (OSError, SyntaxError, ValueError, GbfixError, cst.ParserSyntaxError) as e:
-        raise _Decline(f"cannot read {path}") from e
+        raise Decline(f"cannot read {path}") from e
 
 
 def _module_name(path: Path) -> str:
@@ -297,7 +291,7 @@ def _module_name(path: Path) -> str:
         parts.insert(0, folder.name)
         folder = folder.parent
     if not parts or not all(p.isidentifier() for p in parts):
-        raise _Decline("not an importable module")
+        raise Decline("not an importable module")
     return ".".join(parts)
 
 
@@ -314,36 +308,36 @@ def _method_at(lib: ParsedFile, frame: Frame) -> tuple[cst.ClassDef, cst.Functio
                 (a, _), (b, _) = lib.span(fn)
                 if a <= frame.line <= b:
                     return stmt, fn
-    raise _Decline("the frame is not in a method of a module-level class")
+    raise Decline("the frame is not in a method of a module-level class")
 
 
 def _check_method(lib: ParsedFile, fn: cst.FunctionDef, libmod: str) -> None:
     """What would mean something else in another class or module."""
     if fn.asynchronous or not isinstance(fn.body, cst.IndentedBlock):
-        raise _Decline("async or a one-line method")
+        raise Decline("async or a one-line method")
     for decorator in fn.decorators:
         called = decorator.decorator.func if isinstance(decorator.decorator, cst.Call) else decorator.decorator
         scope = lib.scopes.get(called)
         names = {_resolved(lib, libmod, q.name) for q in scope.get_qualified_names_for(called)} if scope else set()
         if not names or not names <= _NEUTRAL_DECORATORS:
-            raise _Decline("decorated, other than by torch's grad, autocast or TorchScript markers or a docstring decorator")
+            raise Decline("decorated, other than by torch's grad, autocast or TorchScript markers or a docstring decorator")
     if nodes(fn, (cst.Global, cst.Nonlocal)):
-        raise _Decline("global / nonlocal")
+        raise Decline("global / nonlocal")
     for name in variables(fn):
         if name.value in _CONTEXTUAL or name.value in _MODULE_DUNDERS or _mangled(name.value):
-            raise _Decline(f"uses {name.value}")
+            raise Decline(f"uses {name.value}")
     for attr in nodes(fn, cst.Attribute):
         if attr.attr.value == "__class__" or _mangled(attr.attr.value):
-            raise _Decline(f"uses .{attr.attr.value}")
+            raise Decline(f"uses .{attr.attr.value}")
     params = fn.params.posonly_params or fn.params.params
     me = params[0].name.value if params else None
     for call in nodes(fn, cst.Call):
         func = call.func
         if isinstance(func, cst.Name) and func.value == "type" and [_name_of(a.value) for a in call.args] == [me]:
-            raise _Decline("type(self): the subclass")
+            raise Decline("type(self): the subclass")
         scope = lib.scopes.get(func)
         if scope is not None and {q.name for q in scope.get_qualified_names_for(func)} & _INTROSPECTION:
-            raise _Decline("frame introspection")
+            raise Decline("frame introspection")
 
 
 def _resolved(lib: ParsedFile, libmod: str, qualified: str) -> str:
@@ -372,7 +366,7 @@ def _free_globals(lib: ParsedFile, fn: cst.FunctionDef) -> set[str]:
             continue
         bound = scope[name.value]
         if not bound:
-            raise _Decline(f"{name.value} is not bound (a star import?)")
+            raise Decline(f"{name.value} is not bound (a star import?)")
         if any(a.scope is scope.globals for a in bound):
             found.add(name.value)
     return found
@@ -443,7 +437,7 @@ def _construction(ctx: SiteContext, libmod: str, classes: dict[str, cst.ClassDef
         return in_init[0]
     at_top = [(c, n) for c, n in found if not any(isinstance(a, (cst.FunctionDef, cst.Lambda)) for a in ctx.ancestors(c))]
     if len(at_top) != 1:
-        raise _Decline("no unique construction of the class in this file")
+        raise Decline("no unique construction of the class in this file")
     return at_top[0]
 
 
@@ -452,14 +446,14 @@ def _by_attribute(ctx: SiteContext, found: list[tuple[cst.Call, str]]) -> list[t
     call = call_at(ctx)
     func = call.func if call is not None else None
     if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"):
-        raise _Decline("several constructions and the call names none")
+        raise Decline("several constructions and the call names none")
     picked = []
     for c, n in found:
         assign = ctx.file.parent(c)
         if isinstance(assign, cst.Assign) and any(_is_self_attr(t.target, func.attr.value) for t in assign.targets):
             picked.append((c, n))
     if len(picked) != 1:
-        raise _Decline("several constructions of the class in __init__")
+        raise Decline("several constructions of the class in __init__")
     return picked
 
 
@@ -473,7 +467,7 @@ def _top_level(ctx: SiteContext, node: cst.CSTNode) -> int:
     for i, stmt in enumerate(ctx.module.body):
         if any(n is stmt for n in chain):
             return i
-    raise _Decline("not in the module body")
+    raise Decline("not in the module body")
 
 
 def _check_base(ctx: SiteContext, func: cst.BaseExpression, before: int) -> None:
@@ -482,13 +476,13 @@ def _check_base(ctx: SiteContext, func: cst.BaseExpression, before: int) -> None
     while isinstance(root, cst.Attribute):
         root = root.value
     if not isinstance(root, cst.Name):
-        raise _Decline("the callee is not a dotted name")
+        raise Decline("the callee is not a dotted name")
     bound = global_bindings(ctx, root.value)
     if not bound or not all(isinstance(b, (cst.Import, cst.ImportFrom)) and _top_level(ctx, b) < before for b in bound):
-        raise _Decline("the class is not imported at module level above its use")
+        raise Decline("the class is not imported at module level above its use")
     scope = ctx.file.scopes.get(func)
     if scope is not None and any(a.scope is not scope.globals for a in scope[root.value]):
-        raise _Decline("the class's name is rebound locally")
+        raise Decline("the class's name is rebound locally")
 
 
 def _imports(ctx: SiteContext, lib: ParsedFile, libmod: str, names: set[str]) -> list[tuple[str, str | None, str | None]]:
@@ -503,14 +497,14 @@ def _unbound(ctx: SiteContext, lib: ParsedFile, names: set[str]) -> list[str]:
     out = []
     for name in sorted(names):
         if hasattr(builtins, name) or _rebound(lib, name):
-            raise _Decline(f"{name}: shadows a builtin, or rebound at run time")
+            raise Decline(f"{name}: shadows a builtin, or rebound at run time")
         theirs = lib_scope.get_qualified_names_for(name)
         mine = user_scope.get_qualified_names_for(name) if user_scope[name] else set()
         if mine:
             same = {q.name for q in mine} == {q.name for q in theirs}
             if same and all(q.source is QualifiedNameSource.IMPORT for q in (*mine, *theirs)):
                 continue  # the same import in both files
-            raise _Decline(f"{name} is bound differently in this file")
+            raise Decline(f"{name} is bound differently in this file")
         out.append(name)
     return out
 
@@ -542,7 +536,7 @@ def _absolute(lib: ParsedFile, libmod: str, node: cst.ImportFrom) -> str:
         return ".".join(named)
     package = libmod.split(".") if lib.source.path.name == "__init__.py" else libmod.split(".")[:-1]
     if level > len(package):
-        raise _Decline("a relative import above the top package")
+        raise Decline("a relative import above the top package")
     return ".".join([*package[: len(package) - level + 1], *named])
 
 
@@ -551,7 +545,7 @@ def _absolute(lib: ParsedFile, libmod: str, node: cst.ImportFrom) -> str:
 
 def _fix(ctx: SiteContext, safety: Safety) -> cst.Module:
     if call_at(ctx) is None:
-        raise _Decline("the site is not a call")
+        raise Decline("the site is not a call")
     user_at, lib_at = _library_frame(ctx)
     frame = ctx.site.brk.stack[lib_at]
     path, lib = _library(frame)
@@ -563,7 +557,7 @@ def _fix(ctx: SiteContext, safety: Safety) -> cst.Module:
     _check_base(ctx, call.func, at)
     sub = f"_GbfixFixed{cls_name}"
     if global_bindings(ctx, sub):
-        raise _Decline(f"{sub} is taken")
+        raise Decline(f"{sub} is taken")
     needed = _imports(ctx, lib, libmod, _free_globals(lib, method))
     module, first_line = _with_subclass(ctx, lib, method, call, sub, at, libmod, owner.name.value, needed)
     return _fix_copy(ctx, safety, module, first_line, sub, lib, method, user_at, lib_at)
@@ -591,7 +585,7 @@ def _fix_copy(
     try:
         data = text.encode(ctx.file.source.encoding)
     except UnicodeEncodeError as e:
-        raise _Decline("the method does not encode in this file's encoding") from e
+        raise Decline("the method does not encode in this file's encoding") from e
     source = SourceFile(ctx.site.path, data, text, ctx.file.source.encoding)
     moved = _moved_frame(lib, method, frame, source, first_line)
     stack = ctx.site.brk.stack
@@ -603,7 +597,7 @@ def _fix_copy(
     inner_ctx = SiteContext(site, locator.node(site), parsed, ctx.capabilities)
     copied = _copied_method(parsed, sub)
     for recipe in recipes.candidates(ctx.site.code, unsafe=safety == "unsafe"):
-        if recipe.safety != safety or recipe not in _INNER:
+        if recipe.safety != safety or recipe not in _INNER or recipe().observation(inner_ctx) is not None:
             continue
         rw = recipe().propose(inner_ctx)
         if rw is None:
@@ -611,7 +605,7 @@ def _fix_copy(
         if not any(a is copied for a in (rw.original, *parsed.ancestors(rw.original))):
             continue  # a rewrite elsewhere in the file is not a fix of the copied method
         return cst.parse_module(edits.apply(parsed, [rw.edit(0, site, recipe, parsed)]))
-    raise _Decline("no recipe fixes the copied method")
+    raise Decline("no recipe fixes the copied method")
 
 
 def _with_subclass(
@@ -663,13 +657,13 @@ def _subclass(ctx: SiteContext, lib: ParsedFile, method: cst.FunctionDef, sub: s
     (first, col), (last, _) = _start(lib, method), lib.span(method)[1]
     lines = lib.source.text.splitlines()[first - 1 : last]
     if not lines or lines[0][:col].strip() or not lines[0][col:].startswith("@" if method.decorators else "def "):
-        raise _Decline("the method does not start its line")
+        raise Decline("the method does not start its line")
     newline = ctx.module.default_newline
     body = newline.join([f"class {sub}({base}):", *lines]) + newline
     try:
         subclass = cst.parse_statement(body, config=ctx.module.config_for_parsing)
     except cst.ParserSyntaxError as e:
-        raise _Decline("the copied method does not parse alone") from e
+        raise Decline("the copied method does not parse alone") from e
     assert isinstance(subclass, cst.ClassDef)
     return subclass
 
@@ -696,7 +690,7 @@ def _moved_frame(lib: ParsedFile, method: cst.FunctionDef, frame: Frame, source:
     mine = lines[line - 1] if 1 <= line <= len(lines) else ""
     gained = mine[: len(mine) - len(theirs)]
     if not mine.endswith(theirs) or gained.strip():
-        raise _Decline("the copy does not line up with the library's text")
+        raise Decline("the copy does not line up with the library's text")
     shift = len(gained.encode())
     col, end = (None if c is None else c + shift for c in (frame.col, frame.end_col))
     return Frame(str(source.path), line, col, end, frame.name)
@@ -710,7 +704,7 @@ def _patch(ctx: SiteContext, safety: Safety) -> cst.Module:
     here = str(ctx.site.path)
     user_at = max((i for i, f in enumerate(stack) if os.path.realpath(f.file) == here), default=None)
     if user_at is None:
-        raise _Decline("the site's frame is not in the stack")
+        raise Decline("the site's frame is not in the stack")
     lib_at, path, lib, owner, method = _innermost_method(stack, user_at)
     libmod = _module_name(path)
     _check_method(lib, method, libmod)
@@ -720,7 +714,7 @@ def _patch(ctx: SiteContext, safety: Safety) -> cst.Module:
     sub = f"_GbfixFixed{name}"
     for taken in (sub, *{m.split(".")[0] for m in binds}):
         if any(not isinstance(b, cst.Import) for b in global_bindings(ctx, taken)):
-            raise _Decline(f"{taken} is bound to something else in this file")
+            raise Decline(f"{taken} is bound to something else in this file")
     needed = [_patch_import(lib, libmod, n) for n in _unbound(ctx, lib, _free_globals(lib, method))]
     rebound = [*(f"{mod}.{local}" for mod, (_, local) in binds.items()), *entries]
     module, first_line = _with_patch(ctx, lib, method, sub, libmod, name, sorted(binds), rebound, needed)
@@ -746,10 +740,10 @@ def _innermost_method(stack: tuple[Frame, ...], user_at: int) -> tuple[int, Path
         try:
             path, lib = _library(frame)
             owner, method = _method_at(lib, frame)
-        except _Decline:
+        except Decline:
             continue
         return j, path, lib, owner, method
-    raise _Decline("no library method in the stack below the user's call")
+    raise Decline("no library method in the stack below the user's call")
 
 
 def _importers(frames: tuple[Frame, ...], libmod: str, name: str) -> dict[str, tuple[ParsedFile, str]]:
@@ -763,7 +757,7 @@ def _importers(frames: tuple[Frame, ...], libmod: str, name: str) -> dict[str, t
         try:
             path, parsed = _library(frame)
             mod = _module_name(path)
-        except _Decline:
+        except Decline:
             continue
         if mod == libmod or mod in found:
             continue
@@ -799,7 +793,7 @@ def _read_at_import(lib: ParsedFile, name: str) -> list[str]:
                 continue
             entry = _dict_entry(lib, access.node)
             if entry is None:
-                raise _Decline(f"the library reads {name} at import (a base class, a class attribute)")
+                raise Decline(f"the library reads {name} at import (a base class, a class attribute)")
             entries.append(entry)
     return entries
 

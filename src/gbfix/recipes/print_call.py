@@ -29,7 +29,7 @@ import functools
 import libcst as cst
 from libcst.metadata import BuiltinAssignment
 
-from gbfix.recipes.base import Recipe, SiteContext
+from gbfix.recipes.base import Decline, Recipe, SiteContext
 
 # --- shared by the recipes that rewrite a call (also used by logging_call, warn_call)
 
@@ -110,10 +110,6 @@ _TO_TEXT_CALLS = frozenset({"tuple", "list", "dict", "set", "sorted"})
 _CONVERSION = {None: "str", "s": "str", "r": "repr", "a": "ascii"}
 
 
-class _Decline(Exception):
-    """The print cannot be rewritten with identical output."""
-
-
 def _escape(text: str) -> str:
     return text.replace("{", "{{").replace("}", "}}")
 
@@ -150,7 +146,7 @@ def _constant_text(node: cst.BaseExpression, code: str) -> str | None:
         return None
     value = ast.literal_eval("(" + code + ")")
     if isinstance(value, bytes):
-        raise _Decline("bytes literal")
+        raise Decline("bytes literal")
     return str(value)
 
 
@@ -195,10 +191,7 @@ class PrintToHop(Recipe):
         if not is_builtin(ctx, call.func):
             return None
         self._ctx, self._call = ctx, call
-        try:
-            self._new = self._hop_call(call)
-        except _Decline:
-            return None
+        self._new = self._hop_call(call)
         return call
 
     def rewrite(self, node: cst.CSTNode) -> cst.CSTNode:
@@ -215,7 +208,7 @@ class PrintToHop(Recipe):
         sep, pieces, values = " ", [], []
         for arg in call.args:
             if arg.star:
-                raise _Decline("*args / **kwargs")
+                raise Decline("*args / **kwargs")
             keyword = arg.keyword.value if arg.keyword else None
             if keyword is None:
                 pieces.append(self._piece(arg.value, values))
@@ -223,12 +216,12 @@ class PrintToHop(Recipe):
                 sep = self._keyword_text(arg.value, default=" ")
             elif keyword == "end":
                 if self._keyword_text(arg.value, default="\n") != "\n":
-                    raise _Decline("the op always ends the line")
+                    raise Decline("the op always ends the line")
             elif keyword == "flush":
                 if not isinstance(arg.value, cst.Name):
-                    raise _Decline("dropping flush= must not drop an evaluation")
+                    raise Decline("dropping flush= must not drop an evaluation")
             else:
-                raise _Decline(f"{keyword}=")  # file=: the op always writes to sys.stdout
+                raise Decline(f"{keyword}=")  # file=: the op always writes to sys.stdout
         fmt = _escape(sep).join(pieces)
         args = [cst.Arg(cst.SimpleString(str_literal(fmt)))] + [cst.Arg(v) for v in values]
         return cst.Call(func=cst.parse_expression("torch._higher_order_ops.print"), args=args)
@@ -240,7 +233,7 @@ class PrintToHop(Recipe):
             value = ast.literal_eval("(" + self._ctx.code(node) + ")")
             if isinstance(value, str):
                 return value
-        raise _Decline("not a string literal")
+        raise Decline("not a string literal")
 
     def _piece(self, node: cst.BaseExpression, values: list[cst.BaseExpression]) -> str:
         """One positional argument as format-string text; runtime values go to ``values``."""
@@ -253,11 +246,11 @@ class PrintToHop(Recipe):
 
     def _field(self, node: cst.BaseExpression, conversion: str | None, spec: str | None, values: list) -> str:
         if _opaque(node):
-            raise _Decline("value the op cannot take")
+            raise Decline("value the op cannot take")
         if _to_text(node):
             convert = _CONVERSION[conversion]
             if spec or not builtin_at(self._ctx, self._call, convert):
-                raise _Decline("format spec on a container, or a shadowed str/repr/ascii")
+                raise Decline("format spec on a container, or a shadowed str/repr/ascii")
             values.append(cst.Call(cst.Name(convert), [cst.Arg(node)]))
             return "{}"
         values.append(node)
@@ -275,19 +268,19 @@ class PrintToHop(Recipe):
                 continue
             expr = next(fields, None)
             if expr is None:
-                raise _Decline("f-string fields do not line up")
+                raise Decline("f-string fields do not line up")
             spec = None
             if part.format_spec is not None:
                 spec_parts = part.format_spec.values
                 if not all(isinstance(p, ast.Constant) for p in spec_parts):
-                    raise _Decline("nested replacement field in a format spec")
+                    raise Decline("nested replacement field in a format spec")
                 spec = "".join(p.value for p in spec_parts)
                 if "{" in spec or "}" in spec:
-                    raise _Decline("brace in a format spec")
+                    raise Decline("brace in a format spec")
             conversion = None if part.conversion == -1 else chr(part.conversion)
             out.append(self._field(expr.expression, conversion, spec, values))
         if next(fields, None) is not None:
-            raise _Decline("f-string fields do not line up")
+            raise Decline("f-string fields do not line up")
         return "".join(out)
 
 
@@ -300,7 +293,7 @@ def format_fields(ctx: SiteContext, call: cst.Call, node: cst.BaseExpression) ->
     values: list[cst.BaseExpression] = []
     try:
         return hop._piece(node, values), values
-    except _Decline:
+    except Decline:
         return None
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from gbfix.recipes.base import SiteContext
+from gbfix.recipes.base import Decline, SiteContext
 from gbfix.recipes.logging_call import OP_LIBRARY, HelperRecipe
 from gbfix.recipes.print_call import PrintToHop, PrintToHopKeepTensor
 
@@ -58,8 +58,11 @@ def _gbfix_print(fmt, *values):
 '''
 
     def match(self, ctx: SiteContext) -> cst.Call | None:
-        if PrintToHopKeepTensor().anchor(ctx) is not None:
-            return None  # a value is a tensor for sure: print-to-hop-keep-tensor, without the helper
+        try:
+            if PrintToHopKeepTensor().anchor(ctx) is not None:
+                return None  # a value is a tensor for sure: print-to-hop-keep-tensor, without the helper
+        except Decline:
+            pass  # not that recipe's; the plain print below may still go through the op
         hop = PrintToHop()
         call = hop.anchor(ctx)
         if not isinstance(call, cst.Call):
