@@ -368,6 +368,11 @@ def run_program(prog: Prog, mode: str, unsafe: bool, log) -> dict:
     res: dict = {"program": prog.id, "env": prog.env, "package": prog.package, "table": prog.table, "mode": mode,
                  "unsafe": unsafe}
     t_all = time.monotonic()
+    res["started"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    res["gbfix_commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                         cwd=REPO).stdout.strip()
+    res["gbfix_src_dirty"] = bool(subprocess.run(["git", "status", "--porcelain", "--", "src"], capture_output=True,
+                                                 text=True, cwd=REPO).stdout.strip())
     h0 = tree_hash(pkg_dir)
 
     before = cached_before(prog, script, work / "before.pt")
