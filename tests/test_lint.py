@@ -454,4 +454,10 @@ def test_catalog_examples(page, tmp_path):
             path = tmp_path / f"{i}_{kind}.py"
             path.write_text(src, encoding="utf-8")
             codes = {f.code for f in lint([path], cwd=tmp_path).findings}
-            assert (page.stem in codes) == (kind == "before"), (ex.title, kind, codes)
+            flagged = kind == "before" or (page.stem, ex.title) in UNDER_A_FLAG
+            assert (page.stem in codes) == flagged, (ex.title, kind, codes)
+
+
+# clock-into-branch leaves the clock reads under `if self.profile:`: off in the example's
+# run, which lint cannot know, so lint still (rightly) flags them as code that would break.
+UNDER_A_FLAG = {("GB0007", "wall time printed only under a profiling flag")}

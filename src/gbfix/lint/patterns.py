@@ -29,7 +29,7 @@ _LOGGER_NAMES = {"logger", "log", "_logger", "_log", "LOGGER", "LOG", "_LOGGER"}
 _GET_LOGGER = {"getLogger", "get_logger", "getChild", "LoggerAdapter"}
 TIME_FUNCS = {f"time.{n}" for n in ("perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic", "monotonic_ns", "process_time")}
 # Functions Dynamo marks as skipped (checked on 2.13; random.randint and random.uniform are traced)
-SKIPPED = {"random.random", "random.choice", "torch.manual_seed", "torch.save", "torch.get_rng_state", "zlib.crc32", "bisect.bisect", "bisect.bisect_left", "bisect.bisect_right", "hashlib.md5", "hashlib.sha1", "hashlib.sha256"}
+SKIPPED = {"random.random", "random.choice", "torch.manual_seed", "torch.save", "torch.get_rng_state", "zlib.crc32", "bisect.bisect", "bisect.bisect_left", "bisect.bisect_right", "hashlib.md5", "hashlib.sha1", "hashlib.sha256", "shutil.which", "os.path.exists", "os.cpu_count", "socket.gethostname", "importlib.import_module"}
 # Context managers Dynamo does not support
 _CONTEXTS = {"torch.random.fork_rng"}
 DYNAMIC_SHAPE_FUNCS = {"torch.nonzero", "torch.unique", "torch.unique_consecutive", "torch.masked_select", "torch.argwhere"}

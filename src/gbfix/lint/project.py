@@ -20,7 +20,7 @@ from typing import Union
 COMPILE = {"torch.compile", "torch._dynamo.optimize"}
 # Decorators that keep a function out of the trace (opaque to Dynamo): their bodies never
 # break the graph, whatever they hold. gbfix's own recipes emit some of them.
-OPAQUE_SUFFIXES = ("disable", "allow_in_graph", "leaf_function", "custom_op", "nonstrict_trace", "substitute_in_graph")
+OPAQUE_SUFFIXES = ("disable", "allow_in_graph", "leaf_function", "custom_op", "nonstrict_trace", "substitute_in_graph", "assume_constant_result")
 # Methods that return the module they are called on (``Net().to(device)``).
 CHAIN = {"to", "cuda", "cpu", "eval", "train", "half", "float", "double", "bfloat16", "requires_grad_", "share_memory", "compile"}
 CONTAINERS = {"torch.nn.ModuleList", "torch.nn.Sequential", "torch.nn.ModuleDict", "list", "tuple"}
