@@ -581,6 +581,7 @@ def main() -> None:
     ap.add_argument("--extra", action="store_true", help="also the breaking programs whose sites repeat another's")
     ap.add_argument("--all", action="store_true", help="every program, also those without a break in the survey")
     ap.add_argument("--resume", action="store_true", help="skip programs that already have a result in results/")
+    ap.add_argument("--redo-before", default="", help="skip programs whose stored result started at or after this UTC time")
     ap.add_argument("--table", action="store_true", help="print the table of the stored results; run nothing")
     args = ap.parse_args()
     mode = "user" if args.user_side else "package"
@@ -604,6 +605,11 @@ def main() -> None:
     selected = {f"{p.env}__{p.name}.json" for p in progs}
     if args.resume:
         progs = [p for p in progs if not (outdir / f"{p.env}__{p.name}.json").exists()]
+    if args.redo_before:  # rerun programs whose stored result started before this UTC time (2026-11-24T21:08:00Z)
+        def done(p):
+            f = outdir / f"{p.env}__{p.name}.json"
+            return f.exists() and json.loads(f.read_text()).get("started", "") >= args.redo_before
+        progs = [p for p in progs if not done(p)]
     print(f"{len(progs)} programs, mode {tag}, jobs {args.jobs}", file=sys.stderr, flush=True)
     t0 = time.monotonic()
 
