@@ -29,3 +29,15 @@ def test_helpers_in_another_module_are_fixed_in_place(tmp_path: Path):
     assert '\n    _gbfix_log("logger", "warning_once", message)\n' in fixed
     assert "warnings.warn(" not in fixed.split("def _gbfix_warn(")[1]
     assert result.remaining == 0
+
+
+def test_a_fixed_log_call_in_a_frame_dynamo_skips(tmp_path: Path):
+    """After the edit, a break in a loop makes Dynamo skip Net.forward: the helper runs
+    eagerly, the op's body is not compiled as a frame of its own (its logger lookup would
+    break, GB0059), nor are the helper's comprehensions (GB0003 for a generator)."""
+    shutil.copytree(FIXTURE.parent / "logging_skipped_frame", tmp_path / "case")
+    case = (tmp_path / "case").resolve()
+    result = engine.fix([case], parse_entry("python run.py", case), engine.Options())
+    assert [o.edit.recipe for o in result.outcomes if o.status == "applied"] == ["logger-to-op"]
+    left = sorted((f.code, f.line) for f in result.findings if f.status != "fixed")
+    assert left == [("GB0025", 14)]  # the author's graph_break(), nothing in gbfix's helpers

@@ -91,6 +91,9 @@ NUMBERED_HELPER = "_gbfix_warn"
 # output is dead code to inductor), keeps the module's ops in order, and gives
 # inductor the op's device. Unlike an effectful op (with_effects), a graph holding
 # it stays in inductor's FX graph cache, and its run-time cost is a plain op call.
+# Each op's body is registered through torch.compiler.disable: called from code that
+# Dynamo skipped (a frame with a break in a loop runs eagerly), the body would
+# otherwise be compiled as a frame of its own and break on the logger it reaches.
 OP_LIBRARY = ("_gbfix_lib", '''\
 # Added by gbfix: this module's run-time ops, named after the module, and the
 # 0-element tensor each of them writes to, which keeps them in compiled graphs
@@ -132,7 +135,7 @@ _gbfix_lib.define(
     f"log_{_gbfix_tag}(str? owner, str? name, str method, str kinds, str[] texts, Scalar[] numbers, "
     "Tensor[] tensors, Tensor(a!) sink) -> ()"
 )
-_gbfix_lib.impl(f"log_{_gbfix_tag}", _gbfix_log_impl, "CompositeExplicitAutograd")
+_gbfix_lib.impl(f"log_{_gbfix_tag}", torch.compiler.disable(_gbfix_log_impl), "CompositeExplicitAutograd")
 torch.library.register_fake(f"gbfix::log_{_gbfix_tag}", lambda *args: None, lib=_gbfix_lib)
 _gbfix_log_op = getattr(torch.ops.gbfix, f"log_{_gbfix_tag}")
 
@@ -145,7 +148,7 @@ def _gbfix_log_send(owner, name, method, args, template):
     # With a template (an f-string's), args[0] is the template, formatted by the op.
     kinds = {str: "s", int: "n", float: "n", bool: "n", type(None): "-"}
     values = args[1:] if template else args
-    of = "".join("t" if isinstance(a, torch.Tensor) else kinds.get(type(a), "?") for a in values)
+    of = "".join(["t" if isinstance(a, torch.Tensor) else kinds.get(type(a), "?") for a in values])
     if "?" not in of:
         texts = [a for a, k in zip(values, of) if k == "s"]
         numbers = [a for a, k in zip(values, of) if k == "n"]
