@@ -187,7 +187,7 @@ def test_print_op_calls_the_helper_with_print_to_hops_format():
     assert out.count("_gbfix_lib = torch.library.Library(") == 1
     assert '_gbfix_lib.define(f"print_{_gbfix_tag}(str text, Tensor(a!) sink) -> ()")' in out
     # the helper picks the route while Dynamo traces: the op for constants, torch's print op otherwise
-    assert "    if all(isinstance(v, (str, int, float, type(None))) for v in values):\n" in out
+    assert "    if all([isinstance(v, (str, int, float, type(None))) for v in values]):\n" in out
     assert "        _gbfix_print_op(fmt.format(*values), _gbfix_sink)\n" in out
     assert "        torch._higher_order_ops.print(fmt, *values)\n" in out
     assert out.index("def _gbfix_print(") < out.index("def f(")
