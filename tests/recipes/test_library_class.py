@@ -126,6 +126,11 @@ def fix(
         *(MACHINERY if machinery else ()),
         _frame(lib_path, lib_text, "# BREAK", lib_span, method),
     )
+    return _propose(user, stack, code, recipe)
+
+
+def _propose(user: Path, stack: tuple[Frame, ...], code: str, recipe) -> str | None:
+    """The user's file with ``recipe``'s edit for a break of ``code`` with this stack, or None."""
     brk = Break((Cause(code, code, ""),), stack)
     locator = Locator({user: read(user)})
     site = locator.site(brk)
@@ -426,16 +431,7 @@ def patch(
         _frame(lib_path, lib_text, "# BREAK", lib_span, "forward"),
         *below,
     )
-    brk = Break((Cause(code, code, ""),), stack)
-    locator = Locator({user: read(user)})
-    site = locator.site(brk)
-    parsed = locator.parsed(user)
-    rw = recipe().propose(SiteContext(site, locator.node(site), parsed, ALL_CAPABILITIES))
-    if rw is None:
-        return None
-    (s, e) = parsed.span(rw.original)
-    edit = Edit(0, site, recipe.name, recipe.safety, rw.message, s, e, rw.original, rw.replacement, rw.imports)
-    return edits.apply(parsed, [edit]).decode()
+    return _propose(user, stack, code, recipe)
 
 
 
