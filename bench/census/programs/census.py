@@ -26,7 +26,7 @@ os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
 
 import random
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
