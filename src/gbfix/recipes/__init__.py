@@ -19,6 +19,8 @@ _MODULES = (
     "logging_call",
     "warn_call",
     "scalar",
+    "numpy_scalar",  # numpy math on Python numbers: the math module's, so no tensor reaches a Python test
+    "guarded_index",  # `a[i] if i >= 0 else b` with a tensor index: torch.where over a clamped index
     "branch",
     "loop_branch",
     "explicit_break",
@@ -32,6 +34,7 @@ _MODULES = (
     "split_step",
     "grad_mode",
     "sorting",
+    "capture_hooks",  # lazy hook installation reached from a compiled forward
     "library_class",  # a break inside a library class: the other recipes, on a subclass in the user's code
     "wrap",  # opaque ops around a helper: after every recipe that keeps the code traced
     "config_route",  # global config: the fallback after every source rewrite
