@@ -20,9 +20,10 @@ from gbfix.detect import Pending, Prober, RunFailed, warm_worker
 from gbfix.errors import EntryError
 from gbfix.entry import Entry
 from gbfix.launch import Warm
+from gbfix.ledger import Finding, SiteLedger, Snapshot, message
 from gbfix.linemap import LineMap
-from gbfix.locate import Locator, library_leaf, owned_frame
-from gbfix.records import Break, Edit, ObservedCall, Outcome, RunResult, Site, Status
+from gbfix.locate import Locator, owned_frame
+from gbfix.records import Edit, ObservedCall, Outcome, RunResult, Site, Status
 from gbfix.sources import SourceFile
 from gbfix.suppress import Filter
 from gbfix.verify import Noise, TrialBreak, behaviour_diff, describe, place, site_key, site_verdict
@@ -43,20 +44,6 @@ class Options:
     def final_backend(self) -> str:
         """The child's mode for the final check (see ``child.compile_patch``)."""
         return "own" if self.backend == "own" else f"force:{self.backend}"
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One break site as the report shows it, in the coordinates of the original files."""
-
-    path: Path | None  # None: the break never enters the targets
-    line: int
-    col: int | None  # 1-based character column
-    code: str
-    message: str
-    status: str  # fixed | unfixed | outside | fixable-unsafe
-    detail: str = ""
-    brk: Break | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -81,17 +68,6 @@ class Result:
         )
 
 
-def message(brk: Break) -> str:
-    """A break's one-line message: its root cause's type and explanation (and the reported chain head)."""
-    root = brk.root
-    text = root.gb_type
-    if root.explanation:
-        text += f": {root.explanation}"
-    if len(brk.causes) > 1:
-        text += f" (reported as {brk.top.code or brk.top.gb_type}: {brk.top.gb_type})"
-    return text
-
-
 class _Session:
     """One gbfix run: state shared by the rounds."""
 
@@ -102,22 +78,12 @@ class _Session:
         self.originals = targets
         self.targets = set(targets)
         self.current: dict[Path, SourceFile] = dict(targets)  # the generation being edited
-        self.to_original: dict[Path, LineMap] = {}  # current generation -> original lines
         self.prober = Prober(entry, workdir, opts.timeout, worker=worker or warm_worker(entry, opts.timeout))
         self.ids = itertools.count(1)
         self.applied: dict[tuple[Path, frozenset[int]], bytes] = {}  # edits of one file -> its bytes, this generation
         self.outcomes: list[Outcome] = []
-        self.where: dict[int, tuple] = {}  # edit id -> its site's key in the original files
-        self.seen: dict[tuple, Finding] = {}  # every site seen, by original key
+        self.ledger = SiteLedger()
         self.notes: list[str] = []
-        # Sites no recipe could fix: original key -> the version of its file then. A
-        # later edit to that file (a loop rewritten, a config set) may make one fixable.
-        self.hopeless: dict[tuple, int] = {}
-        # Original site key -> recipes whose edit for it failed -> None (not again), or the
-        # version of its file then: the edit's span held other breaks (an `if` whose arm
-        # breaks too), and once an edit for them changes the file it is tried again.
-        self.rejected: dict[tuple, dict[str, int | None]] = {}
-        self.declines: dict[tuple, dict[str, str]] = {}  # original site key -> recipe -> why it declined
         self.noise: Noise | None = None  # run-to-run differences of the original, once measured
         self.own_reference: RunResult | None = None  # the original on its own backend, if needed
         self.uncompiled: RunResult | None = None  # the original with Dynamo off, if needed
@@ -130,27 +96,6 @@ class _Session:
         self.speculative: tuple[dict[Path, bytes], Pending] | None = None
         # Calls of user functions seen in uncompiled runs: (path, first line, generation) -> calls
         self.observed: dict[tuple[Path, int, int], tuple[ObservedCall, ...]] = {}
-
-    # --- coordinates ------------------------------------------------------
-    def original_key(self, site: Site) -> tuple:
-        lm = self.to_original.get(site.path)
-        at = lm(site.line) if lm else None
-        line = at.line if at else site.line
-        leaf = library_leaf(site.brk, site.path)  # breaks in a library behind one call are apart
-        if at is not None and at.rewritten:
-            # A line an edit rewrote: its columns are new; the same code on the same
-            # original line is the break seen before (an `.item()` kept inside a new print).
-            for key in self.seen:
-                if key[0] == site.path and key[1] == line and key[3] == site.code and key[4] == leaf:
-                    return key
-        return (site.path, line, site.col, site.code, leaf)
-
-    def note_site(self, site: Site) -> tuple:
-        key = self.original_key(site)
-        if key not in self.seen:
-            col = None if site.col is None else site.col + 1
-            self.seen[key] = Finding(site.path, key[1], col, site.code, message(site.brk), "unfixed", "", site.brk)
-        return key
 
     # --- runs -------------------------------------------------------------
     def _edited(self, edits: list[Edit], locator: Locator) -> dict[Path, bytes]:
@@ -248,7 +193,7 @@ class _Session:
             return result
         if len(group) == 1:
             self.outcomes = [Outcome(o.edit, "rejected:backend", why) if o.edit is group[0] else o for o in self.outcomes]
-            self.rejected.setdefault(self.where[group[0].id], {})[group[0].recipe] = None
+            self.ledger.failed(group[0], retry=None)
             return None
         mid = len(group) // 2
         first = self.own_settle(group[:mid], kept, locator)
@@ -298,19 +243,18 @@ class _Session:
     def propose(self, site: Site, locator: Locator, caps: frozenset[str]) -> list[Edit]:
         ctx = self._context(site, locator, caps)
         out = []
-        tried = self.rejected.get(self.original_key(site), {})
         gen = self._generation(site.path)
         for recipe in recipes.candidates(site.code, unsafe=self.opts.unsafe_fixes):
-            if recipe.name in tried and tried[recipe.name] in (None, gen):
-                continue  # its own edit failed here before, and nothing it held was fixed since
+            if not self.ledger.may_try(site, recipe.name, gen):
+                continue
             proposer = recipe()
             rw = proposer.propose(ctx)
             if rw is None:
                 if proposer.declined:
-                    self.declines.setdefault(self.original_key(site), {})[recipe.name] = proposer.declined
+                    self.ledger.declined(site, recipe.name, proposer.declined)
                 continue
             edit = rw.edit(next(self.ids), site, recipe, locator.parsed(site.path))
-            self.where[edit.id] = self.original_key(site)
+            self.ledger.proposed(edit)
             out.append(edit)
         return out
 
@@ -418,8 +362,7 @@ class _Session:
         self.outcomes.append(Outcome(edit, status, detail))
         # An edit around other breaks (a torch.cond whose branch holds a dynamic-shape
         # op) may fail because of them: it is tried again once the file has changed.
-        retry = self._generation(edit.path) if rnd.codes_in(edit) else None
-        self.rejected.setdefault(self.where[edit.id], {})[edit.recipe] = retry
+        self.ledger.failed(edit, retry=self._generation(edit.path) if rnd.codes_in(edit) else None)
 
     # --- rounds -------------------------------------------------------------
     def rounds(self, run: RunResult, caps: frozenset[str], first: int) -> RunResult:
@@ -440,8 +383,8 @@ class _Session:
         for brk in run.breaks:
             site = rnd.locator.site(brk)
             if site is not None:
-                key = self.note_site(site)
-                if self.hopeless.get(key) != self._generation(site.path):
+                key = self.ledger.note(site)
+                if self.ledger.worth_proposing(key, self._generation(site.path)):
                     rnd.sites.setdefault(site_key(site), site)
         # Deselected or `# gbfix: ignore`d sites get no edit (they stay in rnd.sites: known breaks)
         wanted = {k: s for k, s in rnd.sites.items() if self.opts.selection.keeps(s.code, self.current[s.path].text, s.line)}
@@ -452,7 +395,7 @@ class _Session:
             if edits:
                 queue[key] = edits
             else:
-                self.hopeless[self.original_key(site)] = self._generation(site.path)
+                self.ledger.no_edit(site, self._generation(site.path))
         accepted: list[Edit] = []
         last: RunResult | None = None
         while queue:
@@ -491,7 +434,7 @@ class _Session:
                 else:
                     queue.pop(key)
                     if ident not in done:
-                        self.hopeless[self.original_key(eds[0].site)] = self._generation(eds[0].path)
+                        self.ledger.no_edit(eds[0].site, self._generation(eds[0].path))
         if accepted and self.check_own_backend and self.deferred is None:
             kept: list[Edit] = []
             own = self.own_settle(accepted, kept, rnd.locator)
@@ -503,8 +446,7 @@ class _Session:
             return None
         if self.deferred is not None:
             self.deferred.append(_Checkpoint(
-                number, run, accepted, rnd.locator, dict(self.current), dict(self.to_original),
-                len(self.outcomes), {k: dict(v) for k, v in self.rejected.items()}, dict(self.hopeless),
+                number, run, accepted, rnd.locator, dict(self.current), len(self.outcomes), self.ledger.snapshot()
             ))
         self._commit(accepted, rnd.locator)
         return last
@@ -530,10 +472,9 @@ class _Session:
             return run
         self.progress(f"checking the edits round by round: {why}")
         for n, cp in enumerate(checkpoints, 1):
-            self.current, self.to_original = dict(cp.current), dict(cp.to_original)
+            self.current = dict(cp.current)
             self.outcomes = self.outcomes[: cp.outcomes]
-            self.rejected = {k: dict(v) for k, v in cp.rejected.items()}
-            self.hopeless = dict(cp.hopeless)
+            self.ledger.restore(cp.ledger)
             self.applied.clear()
             kept: list[Edit] = []
             # the last round's edits on top of all earlier ones: the run that failed
@@ -553,7 +494,7 @@ class _Session:
         for path, data in edited.items():
             src = self.current[path]
             self.current[path] = SourceFile(path, data, data.decode(src.encoding), src.encoding)
-            self.to_original[path] = LineMap(self.originals[path].text, self.current[path].text)
+            self.ledger.to_original[path] = LineMap(self.originals[path].text, self.current[path].text)
 
     # --- the whole run --------------------------------------------------------
     def run(self) -> Result:
@@ -626,11 +567,6 @@ class _Session:
         self.notes.append(f"fullgraph=True added at {', '.join(done)}, proven by a run with fullgraph=True on the program's own backend")
         return True
 
-    def no_recipe(self, key: tuple) -> str:
-        """Why no edit was proposed for a site, with what the recipes that looked said."""
-        said = self.declines.get(key)
-        return "no recipe applies" + (f" ({'; '.join(f'{r}: {why}' for r, why in said.items())})" if said else "")
-
     def findings(self, final: RunResult, caps: frozenset[str]) -> list[Finding]:
         """Every break seen (baseline, revealed, remaining) in original coordinates, with its fate."""
         locator = Locator(self.current)
@@ -644,18 +580,18 @@ class _Session:
         for brk in final.breaks:
             site = locator.site(brk)
             if site is not None:
-                remaining[self.note_site(site)] = site
-        applied = {self.where[o.edit.id] for o in self.outcomes if o.status == "applied"}
+                remaining[self.ledger.note(site)] = site
+        applied = {self.ledger.site_of(o.edit) for o in self.outcomes if o.status == "applied"}
         fixed_any = bool(applied)
-        reasons = {self.where[o.edit.id]: f"{o.status}: {o.detail}" for o in self.outcomes if o.status != "applied"}
-        for key, finding in self.seen.items():
+        reasons = {self.ledger.site_of(o.edit): f"{o.status}: {o.detail}" for o in self.outcomes if o.status != "applied"}
+        for key, finding in self.ledger.seen.items():
             if key not in remaining and (key in applied or fixed_any):
                 status, detail = "fixed", ""  # by its own edit, or by one that contained it
             else:
                 site = remaining.get(key)
                 unsafe = self.unsafe_available(site, locator, caps) if site and not self.opts.unsafe_fixes else None
                 status = "fixable-unsafe" if unsafe else "unfixed"
-                detail = f"fixable with --unsafe-fixes ({unsafe})" if unsafe else reasons.get(key, self.no_recipe(key))
+                detail = f"fixable with --unsafe-fixes ({unsafe})" if unsafe else reasons.get(key, self.ledger.no_recipe(key))
                 if not unsafe and finding.brk is not None:
                     detail += f"; by hand: {escape.hatch(finding.brk.root)}"
             out.append(replace(finding, status=status, detail=detail))
@@ -672,10 +608,8 @@ class _Checkpoint:
     accepted: list[Edit]
     locator: Locator  # the generation the edits were computed on
     current: dict[Path, SourceFile]
-    to_original: dict[Path, LineMap]
     outcomes: int  # how many outcomes there were at the round's end
-    rejected: dict[tuple, dict[str, int | None]]
-    hopeless: dict[tuple, int]
+    ledger: Snapshot
 
 
 @dataclass
