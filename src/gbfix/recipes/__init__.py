@@ -70,12 +70,13 @@ def named(name: str) -> type[Recipe]:
 
 
 def finalize(module: cst.Module) -> cst.Module:
-    """Bring what recipes wrote up to date with the whole edited file: the
-    numbered warn helper's calls carry their own line, which any edit above
-    them moves."""
-    from gbfix.recipes.logging_call import NUMBERED_HELPER, renumber
-
-    return renumber(module) if NUMBERED_HELPER in module.code else module
+    """Every recipe's pass over the whole edited file (``Recipe.finalize``), once each."""
+    done = set()
+    for recipe in all_recipes():
+        if recipe.finalize.__func__ not in done:  # subclasses share their base's pass
+            done.add(recipe.finalize.__func__)
+            module = recipe.finalize(module)
+    return module
 
 
 def candidates(code: str, *, unsafe: bool) -> list[type[Recipe]]:

@@ -144,6 +144,12 @@ class Recipe(cst.CSTTransformer):
     def need_import(self, module: str, name: str | None = None) -> None:
         self.imports.append((module, name))
 
+    @classmethod
+    def finalize(cls, module: cst.Module) -> cst.Module:
+        """A pass over the whole edited file, after every edit of the file is in
+        (a recipe whose code depends on where it lands brings it up to date here)."""
+        return module
+
     def need_helper(self, name: str, code: str) -> None:
         """A module-level definition the replacement calls, added after the imports
         unless the file defines ``name`` already (edits adding the same one share it)."""

@@ -60,7 +60,15 @@ from __future__ import annotations
 import libcst as cst
 
 from gbfix.recipes.base import Decline, SiteContext
-from gbfix.recipes.logging_call import NUMBERED_HELPER, OP_LIBRARY, HelperRecipe, arglist, not_text_or_number, parameter
+from gbfix.recipes.logging_call import (
+    NUMBERED_HELPER,
+    OP_LIBRARY,
+    HelperRecipe,
+    arglist,
+    not_text_or_number,
+    parameter,
+    renumber,
+)
 from gbfix.recipes.print_call import (
     builtin_at,
     call_at,
@@ -152,6 +160,11 @@ def _gbfix_warn(message, category, lineno):
     else:
         _gbfix_warn_impl(message, category, lineno, _gbfix_sink)
 '''
+
+    @classmethod
+    def finalize(cls, module: cst.Module) -> cst.Module:
+        """The helper's calls carry their own line, which any edit above them moves."""
+        return renumber(module) if NUMBERED_HELPER in module.code else module
 
     def observe(self, ctx: SiteContext) -> cst.FunctionDef | None:
         """The function holding the call, when the message is built from its parameters
