@@ -16,16 +16,35 @@ dtypes it cannot see are left to the verifier, which compares outputs.
 
 from __future__ import annotations
 
-import builtins
 import json
-from collections.abc import Iterator, Sequence, Set
+from collections.abc import Sequence, Set
 from dataclasses import dataclass, replace
 
 import libcst as cst
 import libcst.matchers as m
 
+from gbfix.recipes.analysis import (
+    bound_before,
+    called,
+    is_torch_call,
+    mutated,
+    name_of,
+    pure,
+    pure_call,
+    root_name,
+    scope_of,
+    single_binding,
+    target_names,
+    tensor_evidence,
+)
 from gbfix.recipes.base import Decline, Recipe, Replacement, SiteContext
-from gbfix.recipes.tree import contains, nodes, param_names, variable_names, variables, walk
+from gbfix.recipes.tree import (
+    contains,
+    nodes,
+    variable_names,
+    variables,
+    walk,
+)
 
 _WIDTH = 88  # longer generated calls get one argument a line, as black would lay them out
 # Calls that return a boolean tensor: a test made of them needs no proof that it is a tensor.
@@ -35,16 +54,6 @@ _BOOL_CALLS = frozenset(
 )
 # Reductions over all elements: a 0-dim tensor, usable as a scalar operand.
 _REDUCTIONS = frozenset("sum mean max min amax amin norm std var prod nansum nanmean".split())
-# Calls that are never pure: randomness, host syncs, I/O, logging, container mutation.
-IMPURE_CALLS = frozenset(
-    "bernoulli multinomial rand randn randint randperm rand_like randn_like randint_like normal"
-    " poisson dropout dropout1d dropout2d dropout3d alpha_dropout feature_alpha_dropout rrelu"
-    " gumbel_softmax empty empty_like empty_strided manual_seed seed item tolist numpy backward"
-    " register_hook retain_grad append extend insert pop popleft remove clear update setdefault"
-    " discard write writelines flush print info debug warning warn error critical exception"
-    " sample rsample shuffle choice send throw close step zero_grad".split()
-)
-_PURE_BUILTINS = frozenset({"abs", "min", "max", "len"})
 # Elementwise maps that keep their input's shape and dtype and have a finite
 # gradient everywhere: `torch.where` evaluates both arms, and the unselected one
 # still gets a zero gradient, which turns into NaN through a singular derivative.
@@ -64,28 +73,6 @@ _VIEWS = frozenset(
 )
 
 
-def name_of(expr: cst.BaseExpression) -> str | None:
-    return expr.value if isinstance(expr, cst.Name) else None
-
-
-def called(call: cst.Call) -> tuple[cst.BaseExpression | None, str | None]:
-    """(receiver, name) of `recv.name(...)`, or (None, name) of `name(...)`."""
-    if isinstance(call.func, cst.Attribute):
-        return call.func.value, call.func.attr.value
-    return None, name_of(call.func)
-
-
-def _root(expr: cst.BaseExpression) -> str | None:
-    """`x` for `x`, `x.a.b`, `x[i]`, `x.f().g`: the name an access chain starts from."""
-    while isinstance(expr, (cst.Attribute, cst.Subscript, cst.Call)):
-        expr = expr.func if isinstance(expr, cst.Call) else expr.value
-    return name_of(expr)
-
-
-def _is_torch_call(call: cst.Call) -> bool:
-    return isinstance(call.func, cst.Attribute) and name_of(call.func.value) == "torch"
-
-
 def _bare(expr: cst.BaseExpression) -> cst.BaseExpression:
     """Without its own parentheses, for use as a call argument."""
     return expr.with_changes(lpar=[], rpar=[]) if getattr(expr, "lpar", None) else expr
@@ -96,28 +83,6 @@ def make_call(func: str, *args: cst.BaseExpression) -> cst.Call:
 
 
 # ---------------------------------------------------------------- purity
-
-
-def _pure_call(call: cst.Call) -> bool:
-    recv, name = called(call)
-    if name is None or name in IMPURE_CALLS or (name.endswith("_") and not name.startswith("__")):
-        return False  # in-place ops end in `_`
-    if recv is None:
-        return name in _PURE_BUILTINS
-    # `self.f(...)` runs a method or submodule whose body is out of sight.
-    return name_of(recv) != "self" and not any(a.keyword is not None and a.keyword.value == "out" for a in call.args)
-
-
-def pure(expr: cst.CSTNode) -> bool:
-    """No side effects and no randomness: safe to evaluate when the original did not."""
-    for n in walk(expr):
-        if isinstance(n, (cst.NamedExpr, cst.Await, cst.Yield, cst.Lambda, cst.FormattedString)):
-            return False
-        if isinstance(n, (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)):
-            return False
-        if isinstance(n, cst.Call) and not _pure_call(n):
-            return False
-    return True
 
 
 # ---------------------------------------------------------------- conditions
@@ -215,10 +180,10 @@ def _used_as_tensors(expr: cst.BaseExpression) -> set[str]:
     for n in walk(expr):
         if isinstance(n, cst.Call):
             recv, _ = called(n)
-            if _is_torch_call(n):
-                out |= {_root(a.value) for a in n.args}
+            if is_torch_call(n):
+                out |= {root_name(a.value) for a in n.args}
             elif recv is not None:
-                out.add(_root(recv))
+                out.add(root_name(recv))
     return {n for n in out if n is not None}
 
 
@@ -242,7 +207,7 @@ def _safe_early(expr: cst.BaseExpression, tensors: set[str]) -> bool:
 
 def _tensor_valued(call: cst.Call) -> bool:
     """A call that returns a tensor: a torch function, a reduction, an elementwise map."""
-    if _is_torch_call(call):
+    if is_torch_call(call):
         return cst.Module([]).code_for_node(call.func) not in _STATIC_FUNCS
     return called(call)[1] in _REDUCTIONS | _BOOL_CALLS | _ELEMENTWISE.keys()
 
@@ -360,93 +325,6 @@ def site_branch(ctx: SiteContext) -> tuple[cst.If | cst.IfExp, SplitTest] | None
 
 
 # ---------------------------------------------------------------- scope
-
-
-def target_names(target: cst.BaseExpression) -> Iterator[str]:
-    if isinstance(target, cst.Name):
-        yield target.value
-    elif isinstance(target, (cst.Tuple, cst.List)):
-        for el in target.elements:
-            yield from target_names(el.value)
-    elif isinstance(target, cst.StarredElement):
-        yield from target_names(target.value)
-
-
-def _binds(stmt: cst.CSTNode, name: str) -> bool:
-    """Whether ``stmt`` always binds ``name`` when it completes."""
-    if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
-        return stmt.name.value == name
-    if not isinstance(stmt, cst.SimpleStatementLine):
-        return False  # bindings inside if/for/try/with may not happen
-    for small in stmt.body:
-        if isinstance(small, cst.Assign) and any(name in target_names(t.target) for t in small.targets):
-            return True
-        if isinstance(small, (cst.AnnAssign, cst.AugAssign)) and name_of(small.target) == name:
-            return not isinstance(small, cst.AnnAssign) or small.value is not None
-        if isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(small.names, cst.ImportStar):
-            for alias in small.names:
-                bound = alias.asname.name if alias.asname else alias.name
-                if cst.Module([]).code_for_node(bound).split(".")[0] == name:
-                    return True
-    return False
-
-
-def bound_before(ctx: SiteContext, name: str, node: cst.CSTNode) -> bool:
-    """Whether ``name`` is certainly bound when ``node`` runs: a parameter, an
-    unconditional assignment earlier in an enclosing block, a loop or `with`
-    target around it, a module-level binding, or a builtin."""
-    child, in_function = node, False
-    for anc in ctx.ancestors(node):
-        if isinstance(anc, (cst.IndentedBlock, cst.Module)):
-            if isinstance(anc, cst.Module) and in_function:
-                if any(_binds(s, name) for s in anc.body):
-                    return True
-            elif not (in_function and isinstance(ctx.file.parent(anc), cst.ClassDef)):
-                for stmt in anc.body:
-                    if stmt is child:
-                        break
-                    if _binds(stmt, name):
-                        return True
-        elif isinstance(anc, cst.FunctionDef):
-            if name in param_names(anc):
-                return True
-            in_function = True
-        elif isinstance(anc, cst.For) and child is anc.body and name in target_names(anc.target):
-            return True
-        elif isinstance(anc, cst.With) and child is anc.body:
-            if any(it.asname and name in target_names(it.asname.name) for it in anc.items):
-                return True
-        child = anc
-    return name in dir(builtins)
-
-
-def scope_of(ctx: SiteContext, node: cst.CSTNode) -> cst.CSTNode:
-    return ctx.enclosing(cst.FunctionDef, node=node) or ctx.module
-
-
-def mutated(scope: cst.CSTNode, name: str, augmented: bool = True) -> bool:
-    """Whether the scope mutates ``name``'s object in place or declares it global
-    (``augmented``: `name += v` counts too).
-
-    The rewrites bind a new tensor where the original kept the old object, so
-    an in-place update after them would stop reaching the original object.
-    """
-    for n in walk(scope):
-        if isinstance(n, (cst.Global, cst.Nonlocal)) and any(name_of(a.name) == name for a in n.names):
-            return True
-        if isinstance(n, cst.AugAssign) and _root(n.target) == name and (augmented or name_of(n.target) != name):
-            return True
-        if isinstance(n, (cst.AssignTarget, cst.AnnAssign)) and isinstance(n.target, (cst.Subscript, cst.Attribute)):
-            if _root(n.target) == name:
-                return True
-        if isinstance(n, cst.Call):
-            recv, fn = called(n)
-            in_place = fn is not None and fn.endswith("_") and not fn.startswith("__")
-            if in_place and (recv is not None and _root(recv) == name or any(name_of(a.value) == name for a in n.args)):
-                return True
-            if any(a.keyword is not None and a.keyword.value == "out" and name_of(a.value) == name for a in n.args):
-                return True
-    return False
 
 
 # ---------------------------------------------------------------- statements
@@ -681,7 +559,7 @@ def _like(expr: cst.BaseExpression) -> set[str]:
         return out
     if isinstance(expr, cst.Call):
         recv, name = called(expr)
-        if _is_torch_call(expr):
+        if is_torch_call(expr):
             if name == "where" and len(expr.args) == 3 and not any(a.keyword for a in expr.args):
                 # what this recipe writes: an `elif` chain folds into nested wheres
                 return _like(expr.args[1].value) & _like(expr.args[2].value)
@@ -702,26 +580,12 @@ def _like(expr: cst.BaseExpression) -> set[str]:
     return set()
 
 
-def tensor_evidence(name: str, scope: cst.CSTNode) -> bool:
-    """Whether the scope uses ``name`` as a tensor (`name.method(...)` or
-    `torch.f(name, ...)`): arithmetic alone would also fit a Python number,
-    which torch.where would turn into a tensor."""
-    for n in walk(scope):
-        if isinstance(n, cst.Call):
-            recv, _ = called(n)
-            if _is_torch_call(n) and n.args and name_of(n.args[0].value) == name:
-                return True
-            if recv is not None and name_of(recv) == name:
-                return True
-    return False
-
-
 def _same_constructor(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
     """`torch.tensor(p, dtype=D, ...)` on both arms with the same keywords and an
     explicit dtype: two tensors of one dtype. (Phi-3's long/short RoPE factors.)
     Their shapes come from the data; arms of different lengths would broadcast
     or fail, which changes the program's outputs and the verifier sees that."""
-    calls = [e for e in (a, b) if isinstance(e, cst.Call) and _is_torch_call(e) and called(e)[1] == "tensor"]
+    calls = [e for e in (a, b) if isinstance(e, cst.Call) and is_torch_call(e) and called(e)[1] == "tensor"]
     if len(calls) != 2:
         return False
     (pa, *ka), (pb, *kb) = calls[0].args, calls[1].args
@@ -773,7 +637,7 @@ def _tensor_arm(expr: cst.BaseExpression, scope: cst.CSTNode) -> bool:
         if tensor_evidence(name, scope):
             return True
         bound = [a.value for a in nodes(scope, cst.Assign) if any(name_of(t.target) == name for t in a.targets)]
-        if any(isinstance(v, cst.Call) and _is_torch_call(v) for v in bound):
+        if any(isinstance(v, cst.Call) and is_torch_call(v) for v in bound):
             return True
     return False
 
@@ -881,7 +745,7 @@ class BranchToWhere(BranchRecipe):
             self._plan = where.with_changes(lpar=node.lpar or where.lpar, rpar=node.rpar or where.rpar)
             return node
         smalls = nodes(node.body, (cst.Expr, cst.Assign, cst.AugAssign), nested=False)  # not a raise's exception
-        effect = next((n for sm in smalls for n in walk(sm) if isinstance(n, cst.Call) and not _pure_call(n)), None)
+        effect = next((n for sm in smalls for n in walk(sm) if isinstance(n, cst.Call) and not pure_call(n)), None)
         if effect is not None:
             # said, since it is what blocks the fix (in a loop it even hides the call's own break)
             raise Decline(f"the `if` body calls `{ctx.code(effect)}`, which may have effects: torch.where runs both arms")
@@ -1059,33 +923,11 @@ class BranchToCond(BranchRecipe):
 _MASK_VIEWS = frozenset("unsqueeze view reshape expand expand_as transpose permute flatten unflatten squeeze t contiguous detach".split())
 
 
-def _single_binding(scope: cst.CSTNode, name: str) -> cst.BaseExpression | None:
-    """The value of the only assignment to ``name`` in the scope (`name = value`),
-    when nothing else in the scope binds it (no parameter, loop, `+=`, `as`)."""
-    value = None
-    for n in walk(scope):
-        if isinstance(n, cst.Assign) and any(name in target_names(t.target) for t in n.targets):
-            if value is not None or len(n.targets) != 1 or name_of(n.targets[0].target) != name:
-                return None
-            value = n.value
-        elif isinstance(n, (cst.AugAssign, cst.AnnAssign, cst.NamedExpr)) and name_of(n.target) == name:
-            return None
-        elif isinstance(n, (cst.For, cst.CompFor)) and name in target_names(n.target):
-            return None
-        elif isinstance(n, cst.AsName) and name in target_names(n.name):
-            return None
-        elif isinstance(n, cst.Param) and n.name.value == name:
-            return None
-        elif isinstance(n, (cst.Global, cst.Nonlocal)) and any(name_of(a.name) == name for a in n.names):
-            return None
-    return value
-
-
 def _is_bool(expr: cst.BaseExpression, scope: cst.CSTNode) -> bool:
     """``expr`` is a boolean tensor by construction: a comparison, a boolean-valued
     call, `~` of one, or a name bound once to one."""
     if isinstance(expr, cst.Name):
-        value = _single_binding(scope, expr.value)
+        value = single_binding(scope, expr.value)
         return value is not None and not mutated(scope, expr.value) and _is_bool(value, scope)
     if isinstance(expr, cst.Comparison):
         ops = (cst.LessThan, cst.GreaterThan, cst.LessThanEqual, cst.GreaterThanEqual, cst.Equal, cst.NotEqual)
@@ -1106,12 +948,12 @@ def _any_of(test: cst.BaseExpression) -> cst.BaseExpression | None:
         zero = isinstance(c.comparator, cst.Integer) and c.comparator.value == "0"
         if zero and isinstance(c.operator, (cst.GreaterThan, cst.NotEqual)) and isinstance(test.left, cst.Call):
             recv, name = called(test.left)
-            if name == "sum" and recv is not None and not test.left.args and not _is_torch_call(test.left):
+            if name == "sum" and recv is not None and not test.left.args and not is_torch_call(test.left):
                 return recv
         return None
     if not isinstance(test, cst.Call) or called(test)[1] != "any":
         return None
-    if _is_torch_call(test):
+    if is_torch_call(test):
         return test.args[0].value if len(test.args) == 1 and not test.args[0].keyword and not test.args[0].star else None
     return called(test)[0] if not test.args else None
 
@@ -1132,7 +974,7 @@ def _flag_value(ctx: SiteContext, flag: str, at: cst.CSTNode) -> cst.BaseExpress
     statement of the block holding ``at`` and nothing between them rebinds or
     mutates what the value reads (it still describes the tensors at ``at``)."""
     scope = scope_of(ctx, at)
-    value = _single_binding(scope, flag)
+    value = single_binding(scope, flag)
     stmt = at
     for anc in ctx.ancestors(at):
         if isinstance(anc, (cst.IndentedBlock, cst.Module)):
@@ -1194,14 +1036,14 @@ def _identity_when_clear(value: cst.BaseExpression, target: str, mask: cst.BaseE
         args = [a for a in value.args if not a.star]
         if len(args) != len(value.args) or any(a.keyword is not None for a in args):
             return False
-        if name == "masked_fill" and _is_torch_call(value) and len(args) == 3:
+        if name == "masked_fill" and is_torch_call(value) and len(args) == 3:
             recv, args = args[0].value, args[1:]
         if name == "masked_fill" and recv is not None and name_of(recv) == target and len(args) == 2:
             return _from_mask(args[0].value, mask) and pure(args[0].value) and _fill_value(args[1].value)
-        if name == "where" and _is_torch_call(value) and len(args) == 3 and name_of(args[2].value) == target:
+        if name == "where" and is_torch_call(value) and len(args) == 3 and name_of(args[2].value) == target:
             # `torch.where(m, torch.zeros_like(x), x)`: a fill of x's own dtype, so no promotion
             fill = args[1].value
-            like = isinstance(fill, cst.Call) and _is_torch_call(fill) and called(fill)[1] in _LIKE and fill.args
+            like = isinstance(fill, cst.Call) and is_torch_call(fill) and called(fill)[1] in _LIKE and fill.args
             if not like or name_of(fill.args[0].value) != target or not _args_ok(fill.args[1:], _LIKE[called(fill)[1]]):
                 return False
             return _from_mask(args[0].value, mask) and pure(args[0].value) and all(_fill_value(a.value) for a in fill.args[1:])
@@ -1248,9 +1090,9 @@ def _finite_check(expr: cst.BaseExpression) -> str | None:
     def tested(call: cst.BaseExpression, *names: str) -> str | None:
         if isinstance(call, cst.Call) and called(call)[1] in names:
             recv, _ = called(call)
-            if _is_torch_call(call) and len(call.args) == 1 and not call.args[0].keyword:
+            if is_torch_call(call) and len(call.args) == 1 and not call.args[0].keyword:
                 return name_of(call.args[0].value)
-            return name_of(recv) if recv is not None and not _is_torch_call(call) and not call.args else None
+            return name_of(recv) if recv is not None and not is_torch_call(call) and not call.args else None
         return None
 
     def reduced(call: cst.BaseExpression, how: str) -> cst.BaseExpression | None:
@@ -1283,7 +1125,7 @@ def _nan_to_num_of(value: cst.BaseExpression, target: str) -> bool:
     if not isinstance(value, cst.Call) or called(value)[1] != "nan_to_num":
         return False
     args = list(value.args)
-    if _is_torch_call(value):
+    if is_torch_call(value):
         if not args or args[0].keyword or name_of(args[0].value) != target:
             return False
         args = args[1:]

@@ -56,8 +56,8 @@ from pathlib import Path
 import libcst as cst
 from libcst.metadata import Assignment
 
+from gbfix.recipes.analysis import call_at, qualified_names
 from gbfix.recipes.base import Recipe, Replacement, SiteContext
-from gbfix.recipes.print_call import call_at, qualified_names
 from gbfix.recipes.tree import variables, walk
 
 _CONTAINERS = (cst.List, cst.Tuple, cst.Dict, cst.Set, cst.ListComp, cst.DictComp, cst.SetComp, cst.GeneratorExp)

@@ -47,8 +47,8 @@ from __future__ import annotations
 
 import libcst as cst
 
+from gbfix.recipes.analysis import qualified_names
 from gbfix.recipes.base import Recipe, Replacement, SiteContext
-from gbfix.recipes.print_call import qualified_names
 from gbfix.recipes.tree import nodes, param_names, variables
 
 _SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)

@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import libcst as cst
 
+from gbfix.recipes.analysis import qualified_names
 from gbfix.recipes.base import Decline, Recipe, SiteContext
-from gbfix.recipes.print_call import qualified_names
 from gbfix.recipes.tree import contains, nodes
 
 _CACHES = frozenset({"functools.lru_cache", "functools.cache"})

@@ -40,8 +40,8 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import ComprehensionScope, Scope
 
+from gbfix.recipes.analysis import qualified_names
 from gbfix.recipes.base import Recipe, Replacement, SiteContext
-from gbfix.recipes.print_call import qualified_names
 from gbfix.recipes.tree import contains, nodes
 
 # Nodes that make a yielded value worth a compiled function of its own.

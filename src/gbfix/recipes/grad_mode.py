@@ -40,8 +40,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from gbfix.recipes.analysis import qualified_names
 from gbfix.recipes.base import Recipe, Replacement, SiteContext
-from gbfix.recipes.print_call import qualified_names
 from gbfix.recipes.tree import variables, walk
 
 # torch.autograd.grad's parameters in order (torch 2.0 - 2.13).

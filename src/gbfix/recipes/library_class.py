@@ -129,9 +129,9 @@ from libcst.metadata import FunctionScope, QualifiedNameSource
 from gbfix import edits, recipes
 from gbfix.errors import GbfixError
 from gbfix.locate import Locator, ParsedFile, torch_or_stdlib
+from gbfix.recipes.analysis import call_at, global_bindings, qualified_names
 from gbfix.recipes.base import Decline, Recipe, Replacement, SiteContext
 from gbfix.recipes.layout import add_helpers, blank_lines_before
-from gbfix.recipes.print_call import call_at, global_bindings, qualified_names
 from gbfix.recipes.tree import nodes, variables
 from gbfix.records import Frame, Safety
 from gbfix.sources import SourceFile, read

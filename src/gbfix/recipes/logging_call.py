@@ -63,19 +63,17 @@ from typing import ClassVar
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from gbfix.records import ValueSpec
-from gbfix.recipes.base import Decline, Recipe, SiteContext
-from gbfix.recipes.tree import nodes
-from gbfix.recipes.print_call import (
+from gbfix.recipes.analysis import (
     builtin_at,
     call_at,
-    format_fields,
     global_bindings,
-    has_fstring,
     is_module_global,
     qualified_names,
-    str_literal,
 )
+from gbfix.recipes.base import Decline, Recipe, SiteContext
+from gbfix.recipes.print_call import format_fields, has_fstring, str_literal
+from gbfix.recipes.tree import nodes
+from gbfix.records import ValueSpec
 
 # Logger methods that emit a record and return None. `warning_once` / `info_once`
 # are the lru_cached methods transformers adds to Logger; `exception` is left

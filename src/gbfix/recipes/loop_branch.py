@@ -31,26 +31,28 @@ from __future__ import annotations
 
 import libcst as cst
 
-from gbfix.recipes.base import SiteContext
-from gbfix.recipes.branch import (
+from gbfix.recipes.analysis import (
     IMPURE_CALLS,
-    BranchRecipe,
-    SplitTest,
-    and_operands,
     bound_before,
     called,
-    fit,
-    fresh,
-    make_call,
     mutated,
     name_of,
     pure,
     scope_of,
+    target_names,
+    tensor_evidence,
+)
+from gbfix.recipes.base import SiteContext
+from gbfix.recipes.branch import (
+    BranchRecipe,
+    SplitTest,
+    and_operands,
+    fit,
+    fresh,
+    make_call,
     single,
     site_branch,
     statement,
-    target_names,
-    tensor_evidence,
 )
 from gbfix.recipes.tree import contains, variable_names, variables, walk
 

@@ -24,75 +24,17 @@ and values the op cannot take (``self``, generators, lambdas).
 from __future__ import annotations
 
 import ast
-import functools
 
 import libcst as cst
-from libcst.metadata import BuiltinAssignment
 
+from gbfix.recipes.analysis import (
+    builtin_at,
+    call_at,
+    is_builtin,
+)
 from gbfix.recipes.base import Decline, Recipe, SiteContext
 
 # --- shared by the recipes that rewrite a call (also used by logging_call, warn_call)
-
-
-def qualified_names(ctx: SiteContext, node: cst.CSTNode) -> set[str]:
-    """What ``node`` (a name or dotted name) may refer to, e.g. {"builtins.print"}.
-
-    Empty when unknown; a module with ``from x import *`` could rebind anything.
-    """
-    scope = ctx.file.scopes.get(node)
-    if scope is None or _has_star_import(ctx.module):
-        return set()
-    return {q.name for q in scope.get_qualified_names_for(node)}
-
-
-def global_bindings(ctx: SiteContext, name: str) -> list[cst.CSTNode]:
-    """The nodes that bind ``name`` in the module's global scope."""
-    scope = ctx.file.scopes.get(ctx.module)
-    return [] if scope is None else [a.node for a in scope[name]]
-
-
-def is_module_global(ctx: SiteContext, name: cst.Name) -> bool:
-    """``name`` is bound only at module level, so ``globals()[name]`` finds the same object."""
-    scope = ctx.file.scopes.get(name)
-    if scope is None or _has_star_import(ctx.module):
-        return False
-    bound = scope[name.value]
-    return bool(bound) and all(a.scope is scope.globals for a in bound)
-
-
-def is_builtin(ctx: SiteContext, name: cst.Name) -> bool:
-    return qualified_names(ctx, name) == {f"builtins.{name.value}"}
-
-
-def builtin_at(ctx: SiteContext, node: cst.CSTNode, name: str) -> bool:
-    """A new reference to ``name`` written at ``node`` would find the builtin."""
-    scope = ctx.file.scopes.get(node)
-    if scope is None or _has_star_import(ctx.module):
-        return False
-    return all(isinstance(a, BuiltinAssignment) for a in scope[name])
-
-
-@functools.lru_cache(maxsize=8)
-def _has_star_import(module: cst.Module) -> bool:
-    return any(
-        isinstance(s, cst.ImportFrom) and isinstance(s.names, cst.ImportStar)
-        for line in module.body
-        if isinstance(line, cst.SimpleStatementLine)
-        for s in line.body
-    )
-
-
-def call_at(ctx: SiteContext) -> cst.Call | None:
-    """The call Dynamo broke on: the node at the span is the call or lies in its callee.
-
-    A node inside the call's arguments is a break of its own (e.g. an ``.item()``
-    in a print's argument), not of this call.
-    """
-    call = ctx.enclosing(cst.Call)
-    if call is None:
-        return None
-    inside = (ctx.node, *ctx.ancestors())
-    return call if ctx.node is call or any(n is call.func for n in inside) else None
 
 
 def str_literal(value: str) -> str:

@@ -52,8 +52,8 @@ import re
 import libcst as cst
 from libcst.metadata import Assignment, QualifiedNameSource
 
+from gbfix.recipes.analysis import call_at, is_module_global, qualified_names
 from gbfix.recipes.base import Recipe, Replacement, SiteContext
-from gbfix.recipes.print_call import call_at, is_module_global, qualified_names
 from gbfix.recipes.tree import walk
 
 

@@ -77,11 +77,10 @@ must be a name (it is read twice).
 from __future__ import annotations
 
 import libcst as cst
-
 from libcst.metadata import FunctionScope
 
+from gbfix.recipes.analysis import call_at, global_bindings, qualified_names
 from gbfix.recipes.base import Decline, Recipe, Replacement, SiteContext
-from gbfix.recipes.print_call import call_at, global_bindings, qualified_names
 from gbfix.recipes.tree import variables, walk
 
 

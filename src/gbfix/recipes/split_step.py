@@ -54,12 +54,19 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import ComprehensionScope, Scope
 
+from gbfix.recipes.analysis import global_bindings, is_module_global, qualified_names
 from gbfix.recipes.base import Recipe, Replacement, SiteContext
 
 # Private helpers of generator.py, shared on purpose: the same move of torch.compile.
-from gbfix.recipes.generator import _INTROSPECTION, _WORK, _classes_around, _is_compile, _reads, _reads_class_names
+from gbfix.recipes.generator import (
+    _INTROSPECTION,
+    _WORK,
+    _classes_around,
+    _is_compile,
+    _reads,
+    _reads_class_names,
+)
 from gbfix.recipes.layout import is_docstring
-from gbfix.recipes.print_call import global_bindings, is_module_global, qualified_names
 from gbfix.recipes.tree import contains, nodes, variables
 
 # What a split cannot keep the meaning of: closures over the step's locals,

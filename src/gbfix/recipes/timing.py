@@ -64,8 +64,8 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import Assignment, Scope
 
+from gbfix.recipes.analysis import call_at, is_module_global, qualified_names
 from gbfix.recipes.base import Decline, Recipe, Replacement, SiteContext
-from gbfix.recipes.print_call import call_at, is_module_global, qualified_names
 from gbfix.recipes.tree import contains, nodes, variables, walk
 
 _CLOCKS = frozenset(

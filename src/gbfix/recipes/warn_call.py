@@ -59,6 +59,13 @@ from __future__ import annotations
 
 import libcst as cst
 
+from gbfix.recipes.analysis import (
+    builtin_at,
+    call_at,
+    is_builtin,
+    is_module_global,
+    qualified_names,
+)
 from gbfix.recipes.base import Decline, SiteContext
 from gbfix.recipes.logging_call import (
     NUMBERED_HELPER,
@@ -69,16 +76,7 @@ from gbfix.recipes.logging_call import (
     parameter,
     renumber,
 )
-from gbfix.recipes.print_call import (
-    builtin_at,
-    call_at,
-    format_fields,
-    has_fstring,
-    is_builtin,
-    is_module_global,
-    qualified_names,
-    str_literal,
-)
+from gbfix.recipes.print_call import format_fields, has_fstring, str_literal
 
 _PARAMS = ("message", "category", "stacklevel")
 # Builtin categories that no default filter names (DeprecationWarning is shown

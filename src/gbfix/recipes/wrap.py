@@ -103,8 +103,8 @@ from typing import ClassVar
 import libcst as cst
 from libcst.metadata import BuiltinAssignment
 
+from gbfix.recipes.analysis import global_bindings, qualified_names
 from gbfix.recipes.base import Decline, Recipe, Replacement, SiteContext
-from gbfix.recipes.print_call import global_bindings, qualified_names
 from gbfix.recipes.tree import nodes, variables
 from gbfix.records import ObservedCall, ValueSpec
 

@@ -1,0 +1,271 @@
+"""What recipes ask about code: the shared analysis, answered one way for all of them.
+
+- names: what a name refers to (``qualified_names``, ``builtin_at``), where it is
+  bound (``global_bindings``, ``bound_before``, ``single_binding``);
+- effects: whether an expression may be evaluated where the original did not
+  (``pure``), whether a scope changes a name's object in place (``mutated``);
+- tensors: whether the code uses a name as a tensor (``tensor_evidence``).
+
+Everything is syntactic (LibCST scopes and trees): an answer that cannot be
+proven is the cautious one, and the verifier judges what syntax cannot see.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+from collections.abc import Iterator
+
+import libcst as cst
+from libcst.metadata import BuiltinAssignment
+
+from gbfix.recipes.base import SiteContext
+from gbfix.recipes.tree import param_names, walk
+
+# ---------------------------------------------------------------- names and scopes
+
+
+def qualified_names(ctx: SiteContext, node: cst.CSTNode) -> set[str]:
+    """What ``node`` (a name or dotted name) may refer to, e.g. {"builtins.print"}.
+
+    Empty when unknown; a module with ``from x import *`` could rebind anything.
+    """
+    scope = ctx.file.scopes.get(node)
+    if scope is None or has_star_import(ctx.module):
+        return set()
+    return {q.name for q in scope.get_qualified_names_for(node)}
+
+
+def global_bindings(ctx: SiteContext, name: str) -> list[cst.CSTNode]:
+    """The nodes that bind ``name`` in the module's global scope."""
+    scope = ctx.file.scopes.get(ctx.module)
+    return [] if scope is None else [a.node for a in scope[name]]
+
+
+def is_module_global(ctx: SiteContext, name: cst.Name) -> bool:
+    """``name`` is bound only at module level, so ``globals()[name]`` finds the same object."""
+    scope = ctx.file.scopes.get(name)
+    if scope is None or has_star_import(ctx.module):
+        return False
+    bound = scope[name.value]
+    return bool(bound) and all(a.scope is scope.globals for a in bound)
+
+
+def is_builtin(ctx: SiteContext, name: cst.Name) -> bool:
+    return qualified_names(ctx, name) == {f"builtins.{name.value}"}
+
+
+def builtin_at(ctx: SiteContext, node: cst.CSTNode, name: str) -> bool:
+    """A new reference to ``name`` written at ``node`` would find the builtin."""
+    scope = ctx.file.scopes.get(node)
+    if scope is None or has_star_import(ctx.module):
+        return False
+    return all(isinstance(a, BuiltinAssignment) for a in scope[name])
+
+
+@functools.lru_cache(maxsize=8)
+def has_star_import(module: cst.Module) -> bool:
+    return any(
+        isinstance(s, cst.ImportFrom) and isinstance(s.names, cst.ImportStar)
+        for line in module.body
+        if isinstance(line, cst.SimpleStatementLine)
+        for s in line.body
+    )
+
+
+def call_at(ctx: SiteContext) -> cst.Call | None:
+    """The call Dynamo broke on: the node at the span is the call or lies in its callee.
+
+    A node inside the call's arguments is a break of its own (e.g. an ``.item()``
+    in a print's argument), not of this call.
+    """
+    call = ctx.enclosing(cst.Call)
+    if call is None:
+        return None
+    inside = (ctx.node, *ctx.ancestors())
+    return call if ctx.node is call or any(n is call.func for n in inside) else None
+
+
+def name_of(expr: cst.BaseExpression) -> str | None:
+    return expr.value if isinstance(expr, cst.Name) else None
+
+
+def called(call: cst.Call) -> tuple[cst.BaseExpression | None, str | None]:
+    """(receiver, name) of `recv.name(...)`, or (None, name) of `name(...)`."""
+    if isinstance(call.func, cst.Attribute):
+        return call.func.value, call.func.attr.value
+    return None, name_of(call.func)
+
+
+def target_names(target: cst.BaseExpression) -> Iterator[str]:
+    if isinstance(target, cst.Name):
+        yield target.value
+    elif isinstance(target, (cst.Tuple, cst.List)):
+        for el in target.elements:
+            yield from target_names(el.value)
+    elif isinstance(target, cst.StarredElement):
+        yield from target_names(target.value)
+
+
+def _binds(stmt: cst.CSTNode, name: str) -> bool:
+    """Whether ``stmt`` always binds ``name`` when it completes."""
+    if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+        return stmt.name.value == name
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return False  # bindings inside if/for/try/with may not happen
+    for small in stmt.body:
+        if isinstance(small, cst.Assign) and any(name in target_names(t.target) for t in small.targets):
+            return True
+        if isinstance(small, (cst.AnnAssign, cst.AugAssign)) and name_of(small.target) == name:
+            return not isinstance(small, cst.AnnAssign) or small.value is not None
+        if isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(small.names, cst.ImportStar):
+            for alias in small.names:
+                bound = alias.asname.name if alias.asname else alias.name
+                if cst.Module([]).code_for_node(bound).split(".")[0] == name:
+                    return True
+    return False
+
+
+def bound_before(ctx: SiteContext, name: str, node: cst.CSTNode) -> bool:
+    """Whether ``name`` is certainly bound when ``node`` runs: a parameter, an
+    unconditional assignment earlier in an enclosing block, a loop or `with`
+    target around it, a module-level binding, or a builtin."""
+    child, in_function = node, False
+    for anc in ctx.ancestors(node):
+        if isinstance(anc, (cst.IndentedBlock, cst.Module)):
+            if isinstance(anc, cst.Module) and in_function:
+                if any(_binds(s, name) for s in anc.body):
+                    return True
+            elif not (in_function and isinstance(ctx.file.parent(anc), cst.ClassDef)):
+                for stmt in anc.body:
+                    if stmt is child:
+                        break
+                    if _binds(stmt, name):
+                        return True
+        elif isinstance(anc, cst.FunctionDef):
+            if name in param_names(anc):
+                return True
+            in_function = True
+        elif isinstance(anc, cst.For) and child is anc.body and name in target_names(anc.target):
+            return True
+        elif isinstance(anc, cst.With) and child is anc.body:
+            if any(it.asname and name in target_names(it.asname.name) for it in anc.items):
+                return True
+        child = anc
+    return name in dir(builtins)
+
+
+def scope_of(ctx: SiteContext, node: cst.CSTNode) -> cst.CSTNode:
+    return ctx.enclosing(cst.FunctionDef, node=node) or ctx.module
+
+
+def single_binding(scope: cst.CSTNode, name: str) -> cst.BaseExpression | None:
+    """The value of the only assignment to ``name`` in the scope (`name = value`),
+    when nothing else in the scope binds it (no parameter, loop, `+=`, `as`)."""
+    value = None
+    for n in walk(scope):
+        if isinstance(n, cst.Assign) and any(name in target_names(t.target) for t in n.targets):
+            if value is not None or len(n.targets) != 1 or name_of(n.targets[0].target) != name:
+                return None
+            value = n.value
+        elif isinstance(n, (cst.AugAssign, cst.AnnAssign, cst.NamedExpr)) and name_of(n.target) == name:
+            return None
+        elif isinstance(n, (cst.For, cst.CompFor)) and name in target_names(n.target):
+            return None
+        elif isinstance(n, cst.AsName) and name in target_names(n.name):
+            return None
+        elif isinstance(n, cst.Param) and n.name.value == name:
+            return None
+        elif isinstance(n, (cst.Global, cst.Nonlocal)) and any(name_of(a.name) == name for a in n.names):
+            return None
+    return value
+
+
+# ---------------------------------------------------------------- effects
+
+
+# Calls that are never pure: randomness, host syncs, I/O, logging, container mutation.
+IMPURE_CALLS = frozenset(
+    "bernoulli multinomial rand randn randint randperm rand_like randn_like randint_like normal"
+    " poisson dropout dropout1d dropout2d dropout3d alpha_dropout feature_alpha_dropout rrelu"
+    " gumbel_softmax empty empty_like empty_strided manual_seed seed item tolist numpy backward"
+    " register_hook retain_grad append extend insert pop popleft remove clear update setdefault"
+    " discard write writelines flush print info debug warning warn error critical exception"
+    " sample rsample shuffle choice send throw close step zero_grad".split()
+)
+_PURE_BUILTINS = frozenset({"abs", "min", "max", "len"})
+
+
+def pure_call(call: cst.Call) -> bool:
+    recv, name = called(call)
+    if name is None or name in IMPURE_CALLS or (name.endswith("_") and not name.startswith("__")):
+        return False  # in-place ops end in `_`
+    if recv is None:
+        return name in _PURE_BUILTINS
+    # `self.f(...)` runs a method or submodule whose body is out of sight.
+    return name_of(recv) != "self" and not any(a.keyword is not None and a.keyword.value == "out" for a in call.args)
+
+
+def pure(expr: cst.CSTNode) -> bool:
+    """No side effects and no randomness: safe to evaluate when the original did not."""
+    for n in walk(expr):
+        if isinstance(n, (cst.NamedExpr, cst.Await, cst.Yield, cst.Lambda, cst.FormattedString)):
+            return False
+        if isinstance(n, (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)):
+            return False
+        if isinstance(n, cst.Call) and not pure_call(n):
+            return False
+    return True
+
+
+def root_name(expr: cst.BaseExpression) -> str | None:
+    """`x` for `x`, `x.a.b`, `x[i]`, `x.f().g`: the name an access chain starts from."""
+    while isinstance(expr, (cst.Attribute, cst.Subscript, cst.Call)):
+        expr = expr.func if isinstance(expr, cst.Call) else expr.value
+    return name_of(expr)
+
+
+def mutated(scope: cst.CSTNode, name: str, augmented: bool = True) -> bool:
+    """Whether the scope mutates ``name``'s object in place or declares it global
+    (``augmented``: `name += v` counts too).
+
+    The rewrites bind a new tensor where the original kept the old object, so
+    an in-place update after them would stop reaching the original object.
+    """
+    for n in walk(scope):
+        if isinstance(n, (cst.Global, cst.Nonlocal)) and any(name_of(a.name) == name for a in n.names):
+            return True
+        if isinstance(n, cst.AugAssign) and root_name(n.target) == name and (augmented or name_of(n.target) != name):
+            return True
+        if isinstance(n, (cst.AssignTarget, cst.AnnAssign)) and isinstance(n.target, (cst.Subscript, cst.Attribute)):
+            if root_name(n.target) == name:
+                return True
+        if isinstance(n, cst.Call):
+            recv, fn = called(n)
+            in_place = fn is not None and fn.endswith("_") and not fn.startswith("__")
+            if in_place and (recv is not None and root_name(recv) == name or any(name_of(a.value) == name for a in n.args)):
+                return True
+            if any(a.keyword is not None and a.keyword.value == "out" and name_of(a.value) == name for a in n.args):
+                return True
+    return False
+
+
+# ---------------------------------------------------------------- tensors
+
+
+def is_torch_call(call: cst.Call) -> bool:
+    return isinstance(call.func, cst.Attribute) and name_of(call.func.value) == "torch"
+
+
+def tensor_evidence(name: str, scope: cst.CSTNode) -> bool:
+    """Whether the scope uses ``name`` as a tensor (`name.method(...)` or
+    `torch.f(name, ...)`): arithmetic alone would also fit a Python number,
+    which torch.where would turn into a tensor."""
+    for n in walk(scope):
+        if isinstance(n, cst.Call):
+            recv, _ = called(n)
+            if is_torch_call(n) and n.args and name_of(n.args[0].value) == name:
+                return True
+            if recv is not None and name_of(recv) == name:
+                return True
+    return False
