@@ -33,16 +33,9 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata.scope_provider import FunctionScope
 
+from gbfix.recipes.analysis import mutated, pure, scope_of
 from gbfix.recipes.base import Decline, Recipe, SiteContext
-from gbfix.recipes.branch import (
-    fit,
-    make_call,
-    mutated,
-    pure,
-    scope_of,
-    single,
-    statement,
-)
+from gbfix.recipes.branch import fit, make_call, single, statement
 from gbfix.recipes.sorting import _only_read, _taken
 from gbfix.recipes.tree import variable_names, walk
 
