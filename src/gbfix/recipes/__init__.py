@@ -34,7 +34,7 @@ _MODULES = (
     "split_step",
     "grad_mode",
     "sorting",
-    "capture_hooks",  # lazy hook installation reached from a compiled forward
+    "comprehension_loop",  # a comprehension Dynamo compiles as its own frame (3.11): the same loop as a for statement
     "library_class",  # a break inside a library class: the other recipes, on a subclass in the user's code
     "wrap",  # opaque ops around a helper: after every recipe that keeps the code traced
     "config_route",  # global config: the fallback after every source rewrite

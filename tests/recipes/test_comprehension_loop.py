@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gbfix.recipes.capture_hooks import ComprehensionLoop
+from gbfix.recipes.comprehension_loop import ComprehensionLoop
 from gbfix.rules import parse
 from tests.helpers import changed, rewrite_line
 
