@@ -31,7 +31,9 @@ def split(source: str, marker: str, code: str = "GB0123") -> str | None:
 
 @pytest.mark.parametrize("code, marker", [("GB0123", "loss.backward()"), ("GB4347", "next(")])
 def test_rule_examples(code, marker):
-    for ex in rules.parse(RULES / f"{code}.md"):
+    examples = [ex for ex in rules.parse(RULES / f"{code}.md") if marker in ex.before]  # the page has other recipes' too
+    assert examples
+    for ex in examples:
         assert split(ex.before, marker, code) == ex.after, ex.title
 
 

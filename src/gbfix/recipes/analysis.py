@@ -4,7 +4,9 @@
   bound (``global_bindings``, ``bound_before``, ``single_binding``);
 - effects: whether an expression may be evaluated where the original did not
   (``pure``), whether a scope changes a name's object in place (``mutated``);
-- tensors: whether the code uses a name as a tensor (``tensor_evidence``).
+- tensors: whether the code uses a name as a tensor (``tensor_evidence``);
+- values only read: whether what an expression evaluates to is only read
+  (``only_read``), so that a copy in its place behaves as the original does.
 
 Everything is syntactic (LibCST scopes and trees): an answer that cannot be
 proven is the cautious one, and the verifier judges what syntax cannot see.
@@ -17,7 +19,7 @@ import functools
 from collections.abc import Iterator
 
 import libcst as cst
-from libcst.metadata import BuiltinAssignment
+from libcst.metadata import BuiltinAssignment, FunctionScope
 
 from gbfix.recipes.base import SiteContext
 from gbfix.recipes.tree import param_names, walk
@@ -269,3 +271,92 @@ def tensor_evidence(name: str, scope: cst.CSTNode) -> bool:
             if recv is not None and name_of(recv) == name:
                 return True
     return False
+
+
+# ---------------------------------------------------------------- values only read
+
+
+# Tensor methods and torch functions whose result may share memory with their input:
+# what is done to their result is done to it.
+ALIASING = frozenset(
+    "view view_as reshape reshape_as squeeze unsqueeze flatten unflatten expand expand_as transpose permute"
+    " narrow select t T mT H mH detach contiguous to type type_as float double half bfloat16 long int bool"
+    " cpu cuda as_strided unbind split chunk movedim swapaxes real imag diagonal".split()
+)
+_NOT_ELEMENTWISE = (cst.Is, cst.IsNot, cst.In, cst.NotIn)
+# Reads that expose identity or memory rather than values.
+EXPOSING = frozenset("data grad numpy data_ptr untyped_storage storage set_ share_memory_".split())
+
+
+def keyword_args(call: cst.Call) -> dict[str, cst.BaseExpression] | None:
+    """Keyword arguments by name; None with ``*``/``**`` arguments."""
+    if any(a.star for a in call.args):
+        return None
+    return {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+
+
+def only_read(ctx: SiteContext, node: cst.BaseExpression) -> bool:
+    """The value of ``node`` is only read: by operators, by tensor methods and torch
+    functions that write nothing in place (views followed on), or through a local bound
+    once whose every use is such a read. A copy there behaves as the original does."""
+    up = ctx.file.parent(node)
+    if isinstance(up, cst.BinaryOperation) or (isinstance(up, cst.AugAssign) and up.value is node):
+        return True
+    if isinstance(up, (cst.Comparison, cst.ComparisonTarget)):  # elementwise, not identity or membership
+        targets = up.comparisons if isinstance(up, cst.Comparison) else [up]
+        return not any(isinstance(c.operator, _NOT_ELEMENTWISE) for c in targets)
+    if isinstance(up, cst.UnaryOperation):
+        return isinstance(up.operator, (cst.Minus, cst.Plus, cst.BitInvert))
+    if isinstance(up, cst.Subscript) and up.value is node:
+        return not isinstance(ctx.file.parent(up), (cst.AssignTarget, cst.AugAssign, cst.Del)) and only_read(ctx, up)
+    if isinstance(up, cst.Attribute) and up.value is node:
+        name = up.attr.value
+        if name in EXPOSING or name.endswith("_"):
+            return False
+        call = ctx.file.parent(up)
+        result = call if isinstance(call, cst.Call) and call.func is up else up
+        return name not in ALIASING or only_read(ctx, result)
+    if isinstance(up, cst.Element):
+        display = ctx.file.parent(up)
+        return isinstance(display, (cst.List, cst.Tuple)) and _torch_argument(ctx, display)
+    if isinstance(up, cst.Arg):
+        return _torch_argument(ctx, node)
+    if isinstance(up, cst.Assign) and up.value is node:
+        refs = local_uses(ctx, up)
+        return refs is not None and bool(refs) and all(only_read(ctx, r) for r in refs)
+    return False
+
+
+def local_uses(ctx: SiteContext, assign: cst.Assign) -> list[cst.Name] | None:
+    """The reads of the local that ``assign`` binds, when that is the name's only binding."""
+    if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
+        return None
+    target = assign.targets[0].target
+    scope = ctx.file.scopes.get(target)
+    if not isinstance(scope, FunctionScope) or len(scope.assignments[target.value]) != 1:
+        return None
+    (assignment,) = scope.assignments[target.value]
+    refs = [ref.node for ref in assignment.references]
+    return refs if all(isinstance(r, cst.Name) for r in refs) else None
+
+
+def _torch_argument(ctx: SiteContext, node: cst.BaseExpression) -> bool:
+    """``node`` is a positional argument of a torch function that writes nothing in place."""
+    arg = ctx.file.parent(node)
+    call = ctx.file.parent(arg) if isinstance(arg, cst.Arg) else None
+    if not isinstance(call, cst.Call) or arg.keyword is not None or arg.star or keyword_args(call) is None:
+        return False
+    if "out" in keyword_args(call):
+        return False
+    names = qualified_names(ctx, call.func)
+    if len(names) != 1 or not next(iter(names)).startswith("torch."):
+        return False
+    name = next(iter(names)).rpartition(".")[2]
+    if name.endswith("_") or name in EXPOSING:
+        return False
+    return name not in ALIASING or only_read(ctx, call)
+
+
+def taken(ctx: SiteContext, helper: str) -> bool:
+    """The module binds ``helper`` to something else than a function (gbfix's)."""
+    return any(not isinstance(n, cst.FunctionDef) for n in global_bindings(ctx, helper))

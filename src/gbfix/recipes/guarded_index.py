@@ -33,10 +33,9 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata.scope_provider import FunctionScope
 
-from gbfix.recipes.analysis import mutated, pure, scope_of
+from gbfix.recipes.analysis import mutated, only_read, pure, scope_of, taken
 from gbfix.recipes.base import Decline, Recipe, SiteContext
 from gbfix.recipes.branch import fit, make_call, single, statement
-from gbfix.recipes.sorting import _only_read, _taken
 from gbfix.recipes.tree import variable_names, walk
 
 HELPER = "_gbfix_index_or"
@@ -194,7 +193,7 @@ class GuardedIndex(Recipe):
             raise Decline("the function changes the table or the default in place: the original's pick may be a view of it")
         if not self._only_read(ctx, node):
             raise Decline("the picked tensor is not only read: the original's is the table's element or the default itself, the rewrite's a copy")
-        if _taken(ctx, HELPER):
+        if taken(ctx, HELPER):
             raise Decline(f"the module binds {HELPER} to something else")
         if negate:
             ok = make_call("torch.logical_not", ok)
@@ -232,14 +231,14 @@ class GuardedIndex(Recipe):
     @staticmethod
     def _only_read(ctx: SiteContext, node: cst.If | cst.IfExp) -> bool:
         if isinstance(node, cst.IfExp):
-            return _only_read(ctx, node)
+            return only_read(ctx, node)
         # the statement form binds the name in both arms: every read of it must be a read only
         target = single(node.body).targets[0].target
         scope = ctx.file.scopes.get(target)
         if not isinstance(scope, FunctionScope) or len(scope.assignments[target.value]) != 2:
             return False
         refs = [ref.node for a in scope.assignments[target.value] for ref in a.references]
-        return bool(refs) and all(isinstance(r, cst.Name) and _only_read(ctx, r) for r in refs)
+        return bool(refs) and all(isinstance(r, cst.Name) and only_read(ctx, r) for r in refs)
 
     def rewrite(self, node: cst.CSTNode) -> cst.CSTNode:
         self.need_import("torch")

@@ -79,16 +79,16 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import FunctionScope
 
-from gbfix.recipes.analysis import call_at, global_bindings, qualified_names
+from gbfix.recipes.analysis import (
+    call_at,
+    keyword_args,
+    local_uses,
+    only_read,
+    qualified_names,
+    taken,
+)
 from gbfix.recipes.base import Decline, Recipe, Replacement, SiteContext
 from gbfix.recipes.tree import variables, walk
-
-
-def _kwargs(call: cst.Call) -> dict[str, cst.BaseExpression] | None:
-    """Keyword arguments by name; None with ``*``/``**`` arguments."""
-    if any(a.star for a in call.args):
-        return None
-    return {a.keyword.value: a.value for a in call.args if a.keyword is not None}
 
 
 def _reference(expr: cst.BaseExpression) -> bool:
@@ -186,7 +186,7 @@ class SortedRangeToArgsort(Recipe):
         call = call_at(ctx)
         if call is None or qualified_names(ctx, call.func) != {"builtins.sorted"}:
             return None
-        kwargs = _kwargs(call)
+        kwargs = keyword_args(call)
         positional = [a for a in call.args if a.keyword is None]
         if kwargs is None or len(positional) != 1 or set(kwargs) - {"key", "reverse"} or "key" not in kwargs:
             return None
@@ -205,7 +205,7 @@ class SortedRangeToArgsort(Recipe):
 
     def rewrite(self, node: cst.CSTNode) -> Replacement:
         assert isinstance(node, cst.Call)
-        kwargs = _kwargs(node)
+        kwargs = keyword_args(node)
         assert kwargs is not None
         keyed = _keyed(kwargs["key"])
         assert keyed is not None
@@ -285,53 +285,10 @@ def _gbfix_sorted_by_key(xs, key, reverse=False):
 # torch functions that copy the tensors of a list argument into a new one.
 _COPYING = frozenset("stack cat concat concatenate vstack hstack dstack row_stack column_stack".split())
 
-# Tensor methods and torch functions whose result may share memory with their input:
-# what is done to their result is done to it.
-_ALIASING = frozenset(
-    "view view_as reshape reshape_as squeeze unsqueeze flatten unflatten expand expand_as transpose permute"
-    " narrow select t T mT H mH detach contiguous to type type_as float double half bfloat16 long int bool"
-    " cpu cuda as_strided unbind split chunk movedim swapaxes real imag diagonal".split()
-)
-_NOT_ELEMENTWISE = (cst.Is, cst.IsNot, cst.In, cst.NotIn)
-# Reads that expose identity or memory rather than values.
-_EXPOSING = frozenset("data grad numpy data_ptr untyped_storage storage set_ share_memory_".split())
-
-
-def _only_read(ctx: SiteContext, node: cst.BaseExpression) -> bool:
-    """The value of ``node`` is only read: by operators, by tensor methods and torch
-    functions that write nothing in place (views followed on), or through a local bound
-    once whose every use is such a read. A copy there behaves as the original does."""
-    up = ctx.file.parent(node)
-    if isinstance(up, cst.BinaryOperation) or (isinstance(up, cst.AugAssign) and up.value is node):
-        return True
-    if isinstance(up, (cst.Comparison, cst.ComparisonTarget)):  # elementwise, not identity or membership
-        targets = up.comparisons if isinstance(up, cst.Comparison) else [up]
-        return not any(isinstance(c.operator, _NOT_ELEMENTWISE) for c in targets)
-    if isinstance(up, cst.UnaryOperation):
-        return isinstance(up.operator, (cst.Minus, cst.Plus, cst.BitInvert))
-    if isinstance(up, cst.Subscript) and up.value is node:
-        return not isinstance(ctx.file.parent(up), (cst.AssignTarget, cst.AugAssign, cst.Del)) and _only_read(ctx, up)
-    if isinstance(up, cst.Attribute) and up.value is node:
-        name = up.attr.value
-        if name in _EXPOSING or name.endswith("_"):
-            return False
-        call = ctx.file.parent(up)
-        result = call if isinstance(call, cst.Call) and call.func is up else up
-        return name not in _ALIASING or _only_read(ctx, result)
-    if isinstance(up, cst.Element):
-        display = ctx.file.parent(up)
-        return isinstance(display, (cst.List, cst.Tuple)) and _torch_argument(ctx, display)
-    if isinstance(up, cst.Arg):
-        return _torch_argument(ctx, node)
-    if isinstance(up, cst.Assign) and up.value is node:
-        refs = _local_uses(ctx, up)
-        return refs is not None and bool(refs) and all(_only_read(ctx, r) for r in refs)
-    return False
-
 
 def _list_read(ctx: SiteContext, node: cst.BaseExpression) -> bool:
     """The list ``node`` evaluates to is only read: its length, its elements (each only
-    read, see ``_only_read``: indexed, or iterated by a loop whose name nothing else
+    read, see ``only_read``: indexed, or iterated by a loop whose name nothing else
     binds), slices of it (recursively), the first argument of a torch function that copies
     its tensors (``torch.stack``, ``torch.cat``), or through a local bound once whose
     every use is such a read."""
@@ -342,7 +299,7 @@ def _list_read(ctx: SiteContext, node: cst.BaseExpression) -> bool:
         if names == {"builtins.len"}:
             return True
         name = next(iter(names)) if len(names) == 1 else ""
-        kwargs = _kwargs(call)
+        kwargs = keyword_args(call)
         return (
             name.startswith("torch.") and name.rpartition(".")[2] in _COPYING
             and call.args[0] is up and kwargs is not None and "out" not in kwargs
@@ -351,46 +308,16 @@ def _list_read(ctx: SiteContext, node: cst.BaseExpression) -> bool:
         if isinstance(ctx.file.parent(up), (cst.AssignTarget, cst.AugAssign, cst.Del)):
             return False
         index = up.slice[0].slice
-        return _only_read(ctx, up) if isinstance(index, cst.Index) else _list_read(ctx, up)
+        return only_read(ctx, up) if isinstance(index, cst.Index) else _list_read(ctx, up)
     if isinstance(up, cst.Assign) and up.value is node:
-        refs = _local_uses(ctx, up)
+        refs = local_uses(ctx, up)
         return refs is not None and bool(refs) and all(_list_read(ctx, r) for r in refs)
     if isinstance(up, (cst.For, cst.CompFor)) and up.iter is node and isinstance(up.target, cst.Name):
         scope = ctx.file.scopes.get(up.target)  # iterated: each element through the loop's own name
         found = list(scope.assignments[up.target.value]) if scope is not None else []
         refs = [r.node for r in found[0].references] if len(found) == 1 else None
-        return refs is not None and all(isinstance(r, cst.Name) and _only_read(ctx, r) for r in refs)
+        return refs is not None and all(isinstance(r, cst.Name) and only_read(ctx, r) for r in refs)
     return False
-
-
-def _local_uses(ctx: SiteContext, assign: cst.Assign) -> list[cst.Name] | None:
-    """The reads of the local that ``assign`` binds, when that is the name's only binding."""
-    if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
-        return None
-    target = assign.targets[0].target
-    scope = ctx.file.scopes.get(target)
-    if not isinstance(scope, FunctionScope) or len(scope.assignments[target.value]) != 1:
-        return None
-    (assignment,) = scope.assignments[target.value]
-    refs = [ref.node for ref in assignment.references]
-    return refs if all(isinstance(r, cst.Name) for r in refs) else None
-
-
-def _torch_argument(ctx: SiteContext, node: cst.BaseExpression) -> bool:
-    """``node`` is a positional argument of a torch function that writes nothing in place."""
-    arg = ctx.file.parent(node)
-    call = ctx.file.parent(arg) if isinstance(arg, cst.Arg) else None
-    if not isinstance(call, cst.Call) or arg.keyword is not None or arg.star or _kwargs(call) is None:
-        return False
-    if "out" in _kwargs(call):
-        return False
-    names = qualified_names(ctx, call.func)
-    if len(names) != 1 or not next(iter(names)).startswith("torch."):
-        return False
-    name = next(iter(names)).rpartition(".")[2]
-    if name.endswith("_") or name in _EXPOSING:
-        return False
-    return name not in _ALIASING or _only_read(ctx, call)
 
 
 class PickByKey(Recipe):
@@ -404,15 +331,15 @@ class PickByKey(Recipe):
         call = call_at(ctx)
         if call is None or qualified_names(ctx, call.func) not in ({"builtins.max"}, {"builtins.min"}):
             return None
-        kwargs = _kwargs(call)
+        kwargs = keyword_args(call)
         positional = [a for a in call.args if a.keyword is None]
         if kwargs is None or len(positional) != 1 or set(kwargs) != {"key"}:
             return None  # several positional arguments compare those; `default=` has no tensor form
         if not _reference(positional[0].value):
             raise Decline("the iterable is not a name: it would be evaluated twice")
-        if any(_taken(ctx, helper) for helper in (_PICKABLE, _PICK)):
+        if any(taken(ctx, helper) for helper in (_PICKABLE, _PICK)):
             raise Decline("the module binds a helper's name to something else")
-        if not _only_read(ctx, call):
+        if not only_read(ctx, call):
             raise Decline("the picked tensor is not only read: a copy of it would show")
         return call
 
@@ -438,7 +365,7 @@ class SortByKey(Recipe):
         call = call_at(ctx)
         if call is None:
             return None
-        kwargs = _kwargs(call)
+        kwargs = keyword_args(call)
         positional = [a for a in call.args if a.keyword is None]
         if kwargs is None or "key" not in kwargs or set(kwargs) - {"key", "reverse"}:
             return None
@@ -456,7 +383,7 @@ class SortByKey(Recipe):
             node = self._list_sort(ctx, call)
         else:
             return None
-        if any(_taken(ctx, helper) for helper in (_PICKABLE, _SORTED)):
+        if any(taken(ctx, helper) for helper in (_PICKABLE, _SORTED)):
             raise Decline("the module binds a helper's name to something else")
         return node
 
@@ -505,11 +432,6 @@ class SortByKey(Recipe):
             orelse=cst.Else(cst.IndentedBlock([node.with_changes(leading_lines=[])])),
             leading_lines=node.leading_lines,
         )
-
-
-def _taken(ctx: SiteContext, helper: str) -> bool:
-    """The module binds ``helper`` to something else than a function (gbfix's)."""
-    return any(not isinstance(n, cst.FunctionDef) for n in global_bindings(ctx, helper))
 
 
 def _if_pickable(xs: cst.BaseExpression, fast: cst.BaseExpression, builtin: cst.BaseExpression) -> cst.IfExp:
