@@ -169,6 +169,10 @@ def fix(
     settings = settings_for(paths, _flags(entry, timeout, unsafe_fixes, fullgraph, backend, select, ignore))
     targets = settings.targets()
     check_paths(targets)
+    if mode == "apply":
+        from gbfix.writes import check_targets
+
+        check_targets(targets)  # before the entry runs: a file --apply may not write is said first
     the_entry = resolve(entry, targets, Path.cwd())
     # The worker imports torch while gbfix imports LibCST and the engine (stopped unused
     # when a cached result is reused).

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gbfix import edits as edit_ops
-from gbfix import escape, fullgraph, recipes, result_cache, sources
+from gbfix import escape, fullgraph, recipes, result_cache, sources, writes
 from gbfix.detect import Pending, Prober, RunFailed, warm_worker
 from gbfix.errors import EntryError
 from gbfix.entry import Entry
@@ -702,7 +702,5 @@ def fix(
 
 
 def write(result: Result) -> list[Path]:
-    """Write the verified edits; each file atomically and only if unchanged since it was read."""
-    for path, new in sorted(result.fixed.items()):
-        sources.write_atomic(result.originals[path], new)
-    return sorted(result.fixed)
+    """Write the verified edits: every file or none, each only if unchanged since it was read."""
+    return writes.write_all([(result.originals[path], new) for path, new in sorted(result.fixed.items())])

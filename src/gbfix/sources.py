@@ -1,11 +1,10 @@
-"""The target files: find them, read them once, write them back atomically."""
+"""The target files: find them and read them once (writes.py writes them back)."""
 
 from __future__ import annotations
 
 import ast
 import io
 import os
-import tempfile
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,20 +76,3 @@ def collect(paths: list[Path]) -> dict[Path, SourceFile]:
         for f in python_files(p):
             files.setdefault(f.resolve(), read(f))
     return files
-
-
-def write_atomic(source: SourceFile, new: bytes) -> None:
-    """Replace the file with ``new`` only if it still holds what was read."""
-    if source.path.read_bytes() != source.data:
-        raise GbfixError(f"{source.path}: changed on disk while gbfix ran; not written")
-    mode = source.path.stat().st_mode
-    fd, tmp = tempfile.mkstemp(dir=source.path.parent, prefix=f".{source.path.name}.", suffix=".gbfix")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(new)
-        os.chmod(tmp, mode & 0o7777)
-        os.replace(tmp, source.path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
