@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
+import stat
 
 import pytest
 
+from gbfix import result_cache
 from tests.conftest import FIXTURES, run_gbfix
 from tests.helpers import processes_in
 
@@ -85,3 +88,56 @@ def test_check_reuses_its_detection_run_until_a_loaded_file_changes(runs):
     assert "note: the program and the files it loads are unchanged since an earlier run: its detection run is reused" in again.stderr
     assert again.stdout == fresh.stdout and "GB" in fresh.stdout
     assert "detection run of" in changed.stderr and changed.stdout == fresh.stdout
+
+
+class _Payload:
+    """Unpickling this runs code: it creates the marker file."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("GBFIX_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_a_stored_result_is_signed_and_loaded(folder):
+    result_cache.store("k", {"answer": 42}, [], [])
+    assert result_cache.load("k") == {"answer": 42}
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE((folder / ".key").stat().st_mode) == 0o600
+
+
+def test_a_file_gbfix_did_not_sign_is_never_unpickled(folder, tmp_path):
+    result_cache.store("k", {"answer": 42}, [], [])  # makes the folder and its key
+    marker = tmp_path / "pwned"
+    (folder / "k.pickle").write_bytes(bytes(32) + pickle.dumps({"format": result_cache.FORMAT, "files": {}, "result": _Payload(marker)}))
+    assert result_cache.load("k") is None
+    assert not marker.exists()
+
+
+def test_a_changed_byte_voids_the_signature(folder):
+    result_cache.store("k", {"answer": 42}, [], [])
+    path = folder / "k.pickle"
+    blob = bytearray(path.read_bytes())
+    blob[-3] ^= 1
+    path.write_bytes(bytes(blob))
+    assert result_cache.load("k") is None
+
+
+def test_no_cache_in_a_folder_others_may_write_to(folder):
+    folder.mkdir(mode=0o700)
+    folder.chmod(0o777)
+    result_cache.store("k", {"answer": 42}, [], [])
+    assert not (folder / "k.pickle").exists() and result_cache.load("k") is None
+
+
+def test_no_cache_with_a_key_others_may_read(folder):
+    result_cache.store("k", {"answer": 42}, [], [])
+    (folder / ".key").chmod(0o644)
+    assert result_cache.load("k") is None

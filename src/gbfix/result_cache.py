@@ -9,12 +9,20 @@ that steer torch and Python, and the bytes of the target files. It is kept with 
 hashes of the other user files the program loaded (its script, modules outside the
 targets) and reused only while those are unchanged. Data files the program reads
 are not part of the key: `--no-cache` runs the program again.
+
+Results are pickled, not JSON: they hold the edits' LibCST nodes and the runs'
+records, which JSON would have to rebuild field by field. Unpickling runs code, so
+a file is loaded only when no one else could have written it: the folder is the
+user's own and writable by no one else (created mode 0700), and every file carries
+an HMAC-SHA256 of its bytes under a random key kept in that folder (mode 0600). A
+file that fails either check is ignored and the program runs again.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import hmac
 import importlib.metadata
 import json
 import os
@@ -44,6 +52,47 @@ def directory() -> Path:
     if os.environ.get("GBFIX_CACHE_DIR"):
         return Path(os.environ["GBFIX_CACHE_DIR"])
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gbfix"
+
+
+def _private(path: Path) -> bool:
+    """Owned by this user and writable by no one else."""
+    st = path.stat()
+    return st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
+def _folder() -> Path | None:
+    """The cache folder, created private; None when it is not private (then no cache)."""
+    folder = directory()
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return folder if _private(folder) else None
+    except OSError:
+        return None
+
+
+def _secret(folder: Path) -> bytes | None:
+    """The folder's signing key, made on first use; None when it is not private."""
+    path = folder / ".key"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    else:
+        with os.fdopen(fd, "wb") as f:
+            f.write(os.urandom(32))
+    try:
+        if not _private(path) or path.stat().st_mode & 0o044:
+            return None
+        key = path.read_bytes()
+    except OSError:
+        return None
+    return key if len(key) == 32 else None
+
+
+def _signature(key: bytes, data: bytes) -> bytes:
+    return hmac.new(key, data, hashlib.sha256).digest()
 
 
 def _digest(data: bytes) -> str:
@@ -105,9 +154,17 @@ def _file_digest(path: str) -> str | None:
 
 def load(key: str) -> object | None:
     """The result filed under ``key`` if the other files it depends on are unchanged."""
-    path = directory() / f"{key}.pickle"
+    folder = _folder()
+    secret = _secret(folder) if folder else None
+    if secret is None:
+        return None
+    path = folder / f"{key}.pickle"
     try:
-        record = pickle.loads(path.read_bytes())
+        blob = path.read_bytes()
+        signature, data = blob[:32], blob[32:]
+        if not _private(path) or not hmac.compare_digest(signature, _signature(secret, data)):
+            return None  # not written by this user's gbfix: never unpickled
+        record = pickle.loads(data)
         if record["format"] != FORMAT or any(_file_digest(f) != d for f, d in record["files"].items()):
             return None
         os.utime(path)  # recently used
@@ -126,15 +183,18 @@ def store(key: str, result: object, loaded: Iterable[str], targets: Iterable[Pat
     files = {f: _file_digest(f) for f in sorted(set(loaded) - {str(p) for p in targets})}
     if None in files.values():
         return  # a file the program loaded is gone already: nothing to check a later run against
-    folder = directory()
+    folder = _folder()
+    secret = _secret(folder) if folder else None
+    if secret is None:
+        return  # a folder others may write to: no cache
     try:
-        folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".", suffix=".tmp")
     except OSError:
         return
     try:
+        data = pickle.dumps({"format": FORMAT, "files": files, "result": result})
         with os.fdopen(fd, "wb") as f:
-            pickle.dump({"format": FORMAT, "files": files, "result": result}, f)
+            f.write(_signature(secret, data) + data)
         os.replace(tmp, folder / f"{key}.pickle")
         kept = sorted(folder.glob("*.pickle"), key=lambda p: p.stat().st_mtime, reverse=True)
         for old in kept[KEEP:]:
