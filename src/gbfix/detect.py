@@ -73,6 +73,9 @@ class Prober:
         self.timeout = timeout
         self.runs = 0
         self.started: list[Pending] = []  # the runs not yet collected
+        # A program that writes files runs one run at a time: two side by side would
+        # clobber each other's checkpoint or log (set once the baseline shows it writes).
+        self.one_at_a_time = False
         self.launcher: Warm | Fresh = worker if worker is not None else Fresh(entry.cwd, _run_env())
 
     @property
@@ -105,6 +108,9 @@ class Prober:
         "none" (Dynamo disabled). ``observe``: (file, first line) of user
         functions whose calls are recorded (see ``gbfix.child.observe``).
         """
+        if self.one_at_a_time:
+            for earlier in self.started:
+                earlier.settle()
         self.runs += 1
         rundir = self.workdir / f"run{self.runs}"
         rundir.mkdir(parents=True)
@@ -160,6 +166,13 @@ class Pending:
             raise self._result
         return self._result
 
+    def settle(self) -> None:
+        """Wait for the run to end (its result or failure is kept for ``result``)."""
+        try:
+            self.result()
+        except RunFailed:
+            pass
+
     @property
     def collected(self) -> bool:
         """Its result (or failure) is in: waited for, or cancelled."""
@@ -205,4 +218,6 @@ class Pending:
             },
             graphs=data.get("graphs"),
             sources=tuple(data["sources"]),
+            wrote=tuple(data["wrote"]["paths"]),
+            wrote_more=data["wrote"]["more"],
         )

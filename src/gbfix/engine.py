@@ -501,6 +501,7 @@ class _Session:
         started = time.perf_counter()
         self.progress(f"baseline run of `{self.entry.text}`")
         self.baseline = self.prober.baseline()
+        self.prober.one_at_a_time = bool(self.baseline.wrote)
         # When every torch.compile call already uses the eager backend, an
         # own-backend run would only repeat a trial run.
         # --backend eager: the trials are that check; --backend inductor: always run it.
@@ -533,7 +534,7 @@ class _Session:
             baseline=self.baseline,
             runs=self.prober.runs,
             seconds=time.perf_counter() - started,
-            notes=tuple(self.notes) + self.prober.notes,
+            notes=(*self.notes, *self.prober.notes, runs_note(self.entry, self.prober.runs, self.baseline)),
             final=run,
         )
 
@@ -647,6 +648,17 @@ class _Round:
     def byte_col(self, site: Site) -> int | None:
         owned = owned_frame(site.brk, self.targets)
         return owned[1].col if owned else None
+
+
+def runs_note(entry: Entry, runs: int, baseline: RunResult) -> str:
+    """What gbfix ran, where, and what the program wrote while it ran."""
+    said = f"ran `{entry.text}` {runs} time(s) in {entry.cwd}"
+    if not baseline.wrote:
+        return f"{said}; it wrote no file outside the temporary folder and caches"
+    shown = [os.path.relpath(p, entry.cwd) for p in baseline.wrote[:5]]
+    rest = len(baseline.wrote) - len(shown)
+    more = f" and {rest}{'+' if baseline.wrote_more else ''} more" if rest or baseline.wrote_more else ""
+    return f"{said}, one run at a time since it writes files ({', '.join(shown)}{more}), which each run wrote again"
 
 
 def _is_global(edit: Edit) -> bool:

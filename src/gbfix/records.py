@@ -165,6 +165,10 @@ class RunResult:
     graphs: int | None = None
     # The user's Python files the run loaded (absolute): what the run's outcome depends on
     sources: tuple[str, ...] = ()
+    # Files the program wrote, renamed or removed (absolute; caches and scratch space left
+    # out), in the order first written; ``wrote_more``: more than the child lists
+    wrote: tuple[str, ...] = ()
+    wrote_more: bool = False
 
 
 @dataclass(frozen=True)

@@ -123,6 +123,7 @@ def main(spec_path: str) -> int:
     from gbfix.child.observe import CallObserver
     from gbfix.child.outputs import compare_calls
     from gbfix.child.overlay import OverlayFinder
+    from gbfix.child.writes import WriteRecorder
 
     breaks = hooks.BreakRecorder()
     hooks.install(breaks)
@@ -137,6 +138,8 @@ def main(spec_path: str) -> int:
     _seed(spec.get("seed", 0))
 
     os.chdir(spec["cwd"])
+    writes = WriteRecorder(os.path.dirname(spec["result"]), spec["cwd"])
+    writes.install()  # last: what the program writes, not what gbfix's setup did
     error = None
     try:
         run(spec["entry"], overlay)
@@ -168,6 +171,7 @@ def main(spec_path: str) -> int:
         "observed": observer.results(),
         "graphs": _graphs(),
         "sources": _sources(spec["entry"]),
+        "wrote": writes.result(),
         "seconds": time.perf_counter() - started,
     }
     tmp = spec["result"] + ".tmp"
