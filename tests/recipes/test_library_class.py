@@ -723,3 +723,37 @@ def test_a_library_logger_call_goes_through_the_log_op(tmp_path):
     out = fix(tmp_path, body=body, code="GB0291", lib_span="logger.warning(", layers=layers)
     assert "from pkg.layers import SCALE, logger" in out
     assert '_gbfix_log("logger", "warning", "Block: `mask` is deprecated and ignored")  # BREAK' in out
+
+
+def test_engine_patches_two_methods_of_one_class(tmp_path):
+    """Mixer.forward and Mixer.stats (which forward calls) both break: the second site
+    adds its method to the first patch's subclass, and the guard checks both methods."""
+    shutil.copytree(FIXTURES / "library_patch", tmp_path, dirs_exist_ok=True)
+    blocks = tmp_path / "tinylib" / "blocks.py"
+    blocks.write_text(
+        blocks.read_text()
+        .replace("        return x + RESIDUAL_SCALE * h\n", "        return x + self.stats(h)\n")
+        + STATS
+    )
+    library = blocks.read_bytes()
+    before = _run(tmp_path)
+    script = (tmp_path / "run.py").resolve()
+    result = engine.fix([script], parse_entry("python -m run", tmp_path), engine.Options())
+    assert [o.edit.recipe for o in result.outcomes if o.status == "applied"] == ["library-patch", "library-patch"]
+    assert result.remaining == 0
+    text = result.fixed[script].decode()
+    assert text.count("class _GbfixFixedMixer(tinylib.blocks.Mixer):") == 1
+    assert text.count("    def forward(self, x, mask=None):") == 1 and text.count("    def stats(self, h):") == 1
+    guard = text.split("if (\n", 1)[1].split("):\n", 1)[0]  # one guard over both methods
+    assert '_gbfix_unchanged("tinylib.blocks", "Mixer.forward", ' in guard
+    assert '_gbfix_unchanged("tinylib.blocks", "Mixer.stats", ' in guard and "    and _gbfix_unchanged(" in guard
+    script.write_bytes(result.fixed[script])
+    assert _run(tmp_path) == before and blocks.read_bytes() == library
+
+
+STATS = '''
+    def stats(self, h):
+        if self.verbose:
+            print("tinylib: Mixer.stats is experimental")
+        return RESIDUAL_SCALE * h
+'''

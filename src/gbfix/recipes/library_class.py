@@ -595,7 +595,7 @@ def _fix_copy(
     assert site is not None
     parsed = locator.parsed(ctx.site.path)
     inner_ctx = SiteContext(site, locator.node(site), parsed, ctx.capabilities)
-    copied = _copied_method(parsed, sub)
+    copied = _copied_method(parsed, sub, method.name.value)
     for recipe in recipes.candidates(ctx.site.code, unsafe=safety == "unsafe"):
         if recipe.safety != safety or recipe not in _INNER or recipe().observation(inner_ctx) is not None:
             continue
@@ -673,12 +673,10 @@ def _start(lib: ParsedFile, method: cst.FunctionDef) -> tuple[int, int]:
     return lib.span(method.decorators[0] if method.decorators else method)[0]
 
 
-def _copied_method(parsed: ParsedFile, sub: str) -> cst.FunctionDef:
+def _copied_method(parsed: ParsedFile, sub: str, name: str) -> cst.FunctionDef:
     cls = next(c for c in nodes(parsed.module, cst.ClassDef) if c.name.value == sub)
     assert isinstance(cls.body, cst.IndentedBlock)
-    fn = cls.body.body[0]
-    assert isinstance(fn, cst.FunctionDef)
-    return fn
+    return next(fn for fn in cls.body.body if isinstance(fn, cst.FunctionDef) and fn.name.value == name)
 
 
 def _moved_frame(lib: ParsedFile, method: cst.FunctionDef, frame: Frame, source: SourceFile, first_line: int) -> Frame:
@@ -712,12 +710,16 @@ def _patch(ctx: SiteContext, safety: Safety) -> cst.Module:
     binds = {libmod: (lib, name), **_importers(stack[user_at + 1 : lib_at], libmod, name)}
     entries = [f"{mod}.{entry}" for mod, (parsed, local) in binds.items() for entry in _read_at_import(parsed, local)]
     sub = f"_GbfixFixed{name}"
-    for taken in (sub, *{m.split(".")[0] for m in binds}):
+    earlier = _earlier_patch(ctx, sub, libmod, name)  # another method of the class, patched before
+    for taken in ({*(() if earlier else (sub,)), *{m.split(".")[0] for m in binds}}):
         if any(not isinstance(b, cst.Import) for b in global_bindings(ctx, taken)):
             raise Decline(f"{taken} is bound to something else in this file")
     needed = [_patch_import(lib, libmod, n) for n in _unbound(ctx, lib, _free_globals(lib, method))]
-    rebound = [*(f"{mod}.{local}" for mod, (_, local) in binds.items()), *entries]
-    module, first_line = _with_patch(ctx, lib, method, sub, libmod, name, sorted(binds), rebound, needed)
+    if earlier is not None:
+        module, first_line = _with_method(ctx, earlier, lib, method, sub, libmod, name, needed)
+    else:
+        rebound = [*(f"{mod}.{local}" for mod, (_, local) in binds.items()), *entries]
+        module, first_line = _with_patch(ctx, lib, method, sub, libmod, name, sorted(binds), rebound, needed)
     return _fix_copy(ctx, safety, module, first_line, sub, lib, method, user_at, lib_at)
 
 
@@ -864,7 +866,33 @@ def _with_patch(
     digest = source_digest(lines, _start(lib, method)[0])
     newline = ctx.module.default_newline
     config = ctx.module.config_for_parsing
-    head = [f"import {m}" for m in sorted(modules)]
+    head = [f"import {m}" for m in sorted(modules)] + _import_lines(needed, newline)
+    tail = [f'{sub}.__module__ = "{libmod}"', f'{sub}.__name__ = {sub}.__qualname__ = "{name}"', f"{' = '.join(rebound)} = {sub}"]
+    why = "# named as the library's class, so that print(model) and pickles do not change"
+    blank = cst.EmptyLine(indent=False)
+    subclass = _subclass(ctx, lib, method, sub, f"{libmod}.{name}").with_changes(leading_lines=[blank])
+    end = [cst.parse_statement(t + newline, config=config) for t in tail]
+    end[0] = end[0].with_changes(leading_lines=[blank, cst.EmptyLine(comment=cst.Comment(why))])
+    if_ = _guarded_if(ctx, libmod, name, [(meth, digest)])
+    body = [cst.parse_statement(h + newline, config=config) for h in head]
+    patch = if_.with_changes(
+        body=if_.body.with_changes(body=[*body, subclass, *end]),
+        leading_lines=[cst.EmptyLine(), cst.EmptyLine(), *_patch_note(libmod, name, [meth])],
+    )
+    module = add_helpers(ctx.module, {_GUARD: _GUARD_CODE})
+    at = next(i for i, stmt in enumerate(module.body) if isinstance(stmt, cst.FunctionDef) and stmt.name.value == _GUARD) + 1
+    rest = module.body[at:]
+    if rest:
+        rest = [blank_lines_before(rest[0], 2), *rest[1:]]
+    module = module.with_changes(body=[*module.body[:at], patch, *rest])
+    header = f"class {sub}({libmod}.{name}):"
+    copied_at = next(i for i, line in enumerate(module.code.splitlines(), 1) if line.strip() == header) + 1
+    return module, copied_at
+
+
+def _import_lines(needed: list[tuple[str, str | None, str | None]], newline: str) -> list[str]:
+    """The import statements binding ``needed`` ((module, name or None, as-name)), as the patch writes them."""
+    head = []
     froms: dict[str, list[str]] = {}
     for mod, obj, asname in needed:
         if obj is None:
@@ -876,37 +904,104 @@ def _with_patch(
         if len(line) > 84:  # 88 columns with the guard's indentation
             line = f"from {mod} import ({newline}" + "".join(f"    {n},{newline}" for n in names) + ")"
         head.append(line)
-    tail = [f'{sub}.__module__ = "{libmod}"', f'{sub}.__name__ = {sub}.__qualname__ = "{name}"', f"{' = '.join(rebound)} = {sub}"]
-    why = "# named as the library's class, so that print(model) and pickles do not change"
-    blank = cst.EmptyLine(indent=False)
-    subclass = _subclass(ctx, lib, method, sub, f"{libmod}.{name}").with_changes(leading_lines=[blank])
-    end = [cst.parse_statement(t + newline, config=config) for t in tail]
-    end[0] = end[0].with_changes(leading_lines=[blank, cst.EmptyLine(comment=cst.Comment(why))])
-    if_ = cst.parse_statement(f'if {_GUARD}("{libmod}", "{name}.{meth}", "{digest}"):{newline}    pass{newline}', config=config)
+    return head
+
+
+def _guarded_if(ctx: SiteContext, libmod: str, name: str, methods: list[tuple[str, str]]) -> cst.If:
+    """``if <guard>(...) [and <guard>(...)]:`` over each patched method and its digest (body ``pass``)."""
+    newline = ctx.module.default_newline
+    guards = [f'{_GUARD}("{libmod}", "{name}.{meth}", "{digest}")' for meth, digest in methods]
+    test = guards[0] if len(guards) == 1 else f"({newline}" + "".join(
+        f"    {'and ' if i else ''}{g}{newline}" for i, g in enumerate(guards)
+    ) + ")"
+    if_ = cst.parse_statement(f"if {test}:{newline}    pass{newline}", config=ctx.module.config_for_parsing)
     assert isinstance(if_, cst.If)
+    return if_
+
+
+def _patch_note(libmod: str, name: str, methods: list[str]) -> list[cst.EmptyLine]:
     top = libmod.split(".")[0]
+    what = f"{libmod}.{name}.{methods[0]} breaks" if len(methods) == 1 else (
+        f"{libmod}.{name}.{', .'.join(methods[:-1])} and .{methods[-1]} break"
+    )
+    those = "that method is" if len(methods) == 1 else "those methods are"
     note = textwrap.wrap(
-        f"gbfix: {libmod}.{name}.{meth} breaks the compiled graph, and gbfix does not edit {top}:"
-        f" while that method is the code fixed here, {top} builds this subclass instead.",
+        f"gbfix: {what} the compiled graph, and gbfix does not edit {top}:"
+        f" while {those} the code fixed here, {top} builds this subclass instead.",
         width=88,
         initial_indent="# ",
         subsequent_indent="# ",
         break_on_hyphens=False,
         break_long_words=False,
     )
-    body = [cst.parse_statement(h + newline, config=config) for h in head]
-    patch = if_.with_changes(
-        body=if_.body.with_changes(body=[*body, subclass, *end]),
-        leading_lines=[cst.EmptyLine(), cst.EmptyLine(), *(cst.EmptyLine(comment=cst.Comment(c)) for c in note)],
+    return [cst.EmptyLine(comment=cst.Comment(c)) for c in note]
+
+
+def _guards(test: cst.BaseExpression) -> list[cst.Call]:
+    """The guard calls of a patch's test (one, or an `and` chain of them)."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return [*_guards(test.left), *_guards(test.right)]
+    return [test] if isinstance(test, cst.Call) and isinstance(test.func, cst.Name) and test.func.value == _GUARD else []
+
+
+def _guarded(call: cst.Call) -> tuple[str, str, str] | None:
+    """(module, qualified name, digest) of a guard call written by gbfix."""
+    args = [a.value for a in call.args]
+    if len(args) != 3 or not all(isinstance(a, cst.SimpleString) for a in args):
+        return None
+    return tuple(a.evaluated_value for a in args)  # type: ignore[return-value]
+
+
+def _earlier_patch(ctx: SiteContext, sub: str, libmod: str, name: str) -> cst.If | None:
+    """The patch gbfix wrote for another method of ``libmod.name`` in this file, if any."""
+    for stmt in ctx.module.body:
+        if not isinstance(stmt, cst.If) or stmt.orelse is not None:
+            continue
+        found = [_guarded(g) for g in _guards(stmt.test)]
+        if not found or not all(f and f[0] == libmod and f[1].startswith(f"{name}.") for f in found):
+            continue
+        if any(isinstance(c, cst.ClassDef) and c.name.value == sub for c in stmt.body.body):
+            return stmt
+    return None
+
+
+def _with_method(
+    ctx: SiteContext,
+    earlier: cst.If,
+    lib: ParsedFile,
+    method: cst.FunctionDef,
+    sub: str,
+    libmod: str,
+    name: str,
+    needed: list[tuple[str, str | None, str | None]],
+) -> tuple[cst.Module, int]:
+    """The user's module with ``method`` copied into the subclass an earlier patch of the
+    same class holds, its digest added to the patch's guard; and where the copy starts."""
+    meth = method.name.value
+    cls = next(c for c in earlier.body.body if isinstance(c, cst.ClassDef) and c.name.value == sub)
+    if any(isinstance(f, cst.FunctionDef) and f.name.value == meth for f in cls.body.body):
+        raise Decline(f"the patch of {name} already holds a copy of {meth}")
+    lines = io.StringIO(lib.source.text, newline=None).readlines()
+    guarded = [_guarded(g) for g in _guards(earlier.test)]
+    methods = [(q.split(".", 1)[1], d) for _, q, d in guarded] + [(meth, source_digest(lines, _start(lib, method)[0]))]
+    copied = _subclass(ctx, lib, method, sub, f"{libmod}.{name}").body.body[0]
+    start = cst.Module([]).code_for_node(copied).strip().splitlines()[0].strip()
+    newline, config = ctx.module.default_newline, ctx.module.config_for_parsing
+    new_cls = cls.with_changes(body=cls.body.with_changes(body=[*cls.body.body, copied.with_changes(leading_lines=[cst.EmptyLine(indent=False)])]))
+    imports = [cst.parse_statement(line + newline, config=config) for line in _import_lines(needed, newline)]
+    at = earlier.body.body.index(cls)
+    body = [*earlier.body.body[:at], *imports, new_cls, *earlier.body.body[at + 1 :]]
+    new_if = _guarded_if(ctx, libmod, name, methods).with_changes(
+        body=earlier.body.with_changes(body=body),
+        leading_lines=[
+            *(ln for ln in earlier.leading_lines if ln.comment is None or not ln.comment.value.startswith("# ")),
+            *_patch_note(libmod, name, [m for m, _ in methods]),
+        ],
     )
-    module = add_helpers(ctx.module, {_GUARD: _GUARD_CODE})
-    at = next(i for i, stmt in enumerate(module.body) if isinstance(stmt, cst.FunctionDef) and stmt.name.value == _GUARD) + 1
-    rest = module.body[at:]
-    if rest:
-        rest = [blank_lines_before(rest[0], 2), *rest[1:]]
-    module = module.with_changes(body=[*module.body[:at], patch, *rest])
-    header = f"class {sub}({libmod}.{name}):"
-    copied_at = next(i for i, line in enumerate(module.code.splitlines(), 1) if line.strip() == header) + 1
+    module = ctx.module.with_changes(body=[new_if if s is earlier else s for s in ctx.module.body])
+    code = module.code.splitlines()
+    header = next(i for i, line in enumerate(code) if line.strip() == f"class {sub}({libmod}.{name}):")
+    copied_at = max(i for i, line in enumerate(code[header:], header + 1) if line.strip() == start)
     return module, copied_at
 
 
