@@ -194,6 +194,7 @@ class Pending:
         except BaseException:  # Ctrl-C: the run must not outlive gbfix
             self.child.kill()
             raise
+        self.child.leftovers()
         result_path = self.rundir / RESULT
         if not result_path.is_file():
             last = _tail(self.rundir / STDERR)

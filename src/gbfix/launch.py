@@ -31,6 +31,9 @@ class Launched(Protocol):
 
     def kill(self) -> None: ...
 
+    def leftovers(self) -> None:
+        """Once it has ended: stop what it started and left running (its process group)."""
+
 
 class WorkerLost(Exception):
     """The warm worker died or answered nonsense; ``str()`` says how."""
@@ -51,6 +54,19 @@ class _Popen:
     def kill(self) -> None:
         kill_group(self.proc.pid)
         self.proc.wait()
+
+    def leftovers(self) -> None:
+        end_group(self.proc.pid)
+
+
+def end_group(pgid: int) -> None:
+    """SIGKILL what is left of a run's process group, its leader gone (a server the
+    program started and never stopped): no run leaves processes behind. Not its pid
+    alone: a leader that is gone may have had its pid given to another process."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # nothing left
+        pass
 
 
 def kill_group(pid: int) -> None:
@@ -104,6 +120,9 @@ class _Forked:
             self.worker.exit_code(self.pid, time.monotonic() + 30)  # the worker reaps it and reports
         except (Timeout, WorkerLost):
             self.worker.close()
+
+    def leftovers(self) -> None:
+        end_group(self.pid)
 
 
 class Warm:

@@ -1,0 +1,115 @@
+"""Inputs that are odd but valid, and entries that misbehave in ways other than crashing:
+each gets the right result or a one-line error (exit 2), and no file is lost or half-written."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.conftest import run_gbfix
+from tests.helpers import processes_in
+
+PROGRAM = textwrap.dedent(
+    """\
+    import torch
+
+
+    @torch.compile(backend="eager")
+    def step(x):
+        print("step: café")
+        return x * 2
+
+
+    if __name__ == "__main__":
+        print(step(torch.ones(2)).sum())
+    """
+)
+
+
+def apply(folder, name="train.py", *extra, env=None):
+    return run_gbfix("--apply", "--entry", f"python {name}" if " " not in name else f"python '{name}'", *extra, name, cwd=folder, env=env)
+
+
+def fixed(text: str) -> bool:
+    return '_gbfix_print("step: café")' in text and '    print("step: café")' not in text
+
+
+def test_a_file_with_a_bom_keeps_it(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_bytes(b"\xef\xbb\xbf" + PROGRAM.encode())
+    proc = apply(tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    data = script.read_bytes()
+    assert data.startswith(b"\xef\xbb\xbf") and fixed(data[3:].decode())
+
+
+@pytest.mark.parametrize("kind", ["tabs", "form feeds"])
+def test_tabs_and_form_feeds(tmp_path, kind):
+    text = PROGRAM.replace("    ", "\t") if kind == "tabs" else PROGRAM.replace("\n\n\n@torch", "\n\n\x0c\n@torch")
+    script = tmp_path / "train.py"
+    script.write_text(text)
+    proc = apply(tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = script.read_text()
+    assert fixed(out.replace("\t", "    ")) and (("\tprint(step" in out) if kind == "tabs" else ("\x0c" in out))
+    compile(out, "train.py", "exec")
+
+
+def test_a_target_larger_than_a_megabyte(tmp_path):
+    table = "".join(f"    {'0123456789' * 1000!r}\n" for _ in range(110))  # a data table: 110 lines of 10 kB
+    script = tmp_path / "train.py"
+    script.write_text(PROGRAM.replace("\n\n@torch.compile", f"\nTABLE = (\n{table})\n\n@torch.compile"))
+    assert script.stat().st_size > 1_000_000
+    proc = apply(tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert fixed(script.read_text()) and script.read_text().count("0123456789" * 1000) == 110
+
+
+def test_paths_with_spaces_and_non_ascii(tmp_path):
+    folder = tmp_path / "my models" / "módulo"
+    folder.mkdir(parents=True)
+    (folder / "tren ñ.py").write_text(PROGRAM)
+    proc = apply(folder, "tren ñ.py")
+    assert proc.returncode == 0, proc.stderr
+    assert fixed((folder / "tren ñ.py").read_text())
+
+
+def test_a_c_locale(tmp_path):
+    (tmp_path / "train.py").write_text(PROGRAM)
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
+    env.pop("PYTHONIOENCODING", None)
+    proc = run_gbfix("--dry-run", "--entry", "python train.py", "train.py", cwd=tmp_path, env=env)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and "step: caf" in proc.stdout
+
+
+def test_an_entry_that_reads_stdin_gets_end_of_file(tmp_path):
+    (tmp_path / "train.py").write_text(PROGRAM.replace("    print(step(", "    input('steps? ')\n    print(step("))
+    proc = subprocess.run(
+        [sys.executable, "-m", "gbfix", "--apply", "--entry", "python train.py", "train.py"],
+        cwd=tmp_path, capture_output=True, text=True, input="3\n", timeout=300,
+    )
+    lines = [ln for ln in proc.stderr.splitlines() if not ln.startswith("gbfix [")]
+    assert proc.returncode == 2 and len(lines) == 1 and "EOFError" in lines[0], proc.stderr
+    assert (tmp_path / "train.py").read_text() == PROGRAM.replace("    print(step(", "    input('steps? ')\n    print(step(")
+
+
+def test_an_entry_that_leaves_a_process_running(tmp_path):
+    marker = tmp_path / "orphan-started"
+    sleeper = f"import pathlib, time; pathlib.Path({str(marker)!r}).touch(); time.sleep(300)"
+    program = PROGRAM.replace(
+        'if __name__ == "__main__":\n',
+        'if __name__ == "__main__":\n'
+        "    import subprocess, sys, time\n"
+        f"    subprocess.Popen([sys.executable, '-c', {sleeper!r}])\n"
+        "    time.sleep(0.5)\n",
+    )
+    (tmp_path / "train.py").write_text(program)
+    proc = apply(tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert marker.exists() and fixed((tmp_path / "train.py").read_text())
+    assert processes_in(tmp_path) == []  # nothing the runs started outlives them
