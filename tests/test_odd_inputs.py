@@ -4,9 +4,11 @@ each gets the right result or a one-line error (exit 2), and no file is lost or 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -113,3 +115,31 @@ def test_an_entry_that_leaves_a_process_running(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert marker.exists() and fixed((tmp_path / "train.py").read_text())
     assert processes_in(tmp_path) == []  # nothing the runs started outlives them
+
+
+@pytest.mark.parametrize("sig, code, said", [(signal.SIGINT, 130, "gbfix: interrupted"), (signal.SIGTERM, 143, "gbfix: terminated")])
+def test_a_signal_mid_run_stops_everything_and_leaves_no_scratch(tmp_path, sig, code, said):
+    """Ctrl-C or SIGTERM while the entry runs: the runs and the warm worker are gone, the
+    scratch folder is removed, the target is unchanged."""
+    work, scratch = tmp_path / "work", tmp_path / "scratch"
+    work.mkdir()
+    scratch.mkdir()
+    hang = PROGRAM.replace("    print(step(torch.ones(2)).sum())\n", "    print(step(torch.ones(2)).sum())\n    import time\n    time.sleep(300)\n")
+    (work / "train.py").write_text(hang)
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    gbfix = subprocess.Popen(
+        [sys.executable, "-m", "gbfix", "--apply", "--entry", "python train.py", "train.py"],
+        cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not any(p != gbfix.pid and "gbfix.child" in open(f"/proc/{p}/cmdline").read() for p in processes_in(work)):
+        assert time.monotonic() < deadline and gbfix.poll() is None
+        time.sleep(0.2)
+    time.sleep(3)  # the baseline run is under way
+    gbfix.send_signal(sig)
+    _, err = gbfix.communicate(timeout=60)
+    assert gbfix.returncode == code and err.splitlines()[-1] == said, err
+    time.sleep(0.5)
+    assert processes_in(work) == []
+    assert [p.name for p in scratch.iterdir() if p.name.startswith("gbfix-")] == []
+    assert (work / "train.py").read_text() == hang

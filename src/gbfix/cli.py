@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -328,12 +329,25 @@ def check(
     ))
 
 
+class _Terminated(BaseException):
+    """SIGTERM, raised where gbfix is: it unwinds as Ctrl-C does, so the runs are stopped,
+    a write in progress is put back and the scratch folder is removed."""
+
+
+def _terminate(signum, frame) -> None:
+    raise _Terminated
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         cli.main(prog_name="gbfix", standalone_mode=False)  # also under `python -m gbfix`
     except click.exceptions.Abort:
         click.echo("gbfix: interrupted", err=True)
         sys.exit(130)
+    except _Terminated:
+        click.echo("gbfix: terminated", err=True)
+        sys.exit(143)
     except click.ClickException as e:
         click.echo(f"gbfix: error: {e.format_message()}", err=True)
         sys.exit(2)
