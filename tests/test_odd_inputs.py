@@ -143,3 +143,23 @@ def test_a_signal_mid_run_stops_everything_and_leaves_no_scratch(tmp_path, sig, 
     assert processes_in(work) == []
     assert [p.name for p in scratch.iterdir() if p.name.startswith("gbfix-")] == []
     assert (work / "train.py").read_text() == hang
+
+
+def test_a_second_gbfix_on_the_same_program_waits_its_turn(tmp_path):
+    """While one gbfix runs the program, a second one on the same folder stops at once:
+    their runs of the program and their writes would race."""
+    slow = PROGRAM.replace("    print(step(torch.ones(2)).sum())\n", "    print(step(torch.ones(2)).sum())\n    import time\n    time.sleep(5)\n")
+    (tmp_path / "train.py").write_text(slow)
+    first = subprocess.Popen(
+        [sys.executable, "-m", "gbfix", "--apply", "--entry", "python train.py", "train.py"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    time.sleep(4)  # the first holds the lock by now (it takes it before its worker starts)
+    second = run_gbfix("--apply", "--entry", "python train.py", "train.py", cwd=tmp_path)
+    lines = [ln for ln in second.stderr.splitlines() if not ln.startswith("gbfix [")]
+    assert second.returncode == 2 and len(lines) == 1, second.stderr
+    assert f"another gbfix run (pid {first.pid}) is running the program in {tmp_path.resolve()}" in lines[0]
+    first.communicate(timeout=300)
+    assert first.returncode == 0 and fixed((tmp_path / "train.py").read_text())
+    again = run_gbfix("--dry-run", "--entry", "python train.py", "train.py", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr  # the lock went with the first process

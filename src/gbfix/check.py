@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from gbfix import baseline as bl
-from gbfix import report, result_cache
+from gbfix import folder_lock, report, result_cache
 from gbfix.config import resolve as settings_for
 from gbfix.detect import Prober
 from gbfix.engine import Finding, Result, message
@@ -54,6 +54,7 @@ def detect(
     check_paths(targets)
     started = time.perf_counter()
     the_entry = resolve(entry_text, targets, Path.cwd())
+    folder_lock.hold(the_entry.cwd)
     files = collect(targets)
 
     def detection_run() -> RunResult:

@@ -162,6 +162,7 @@ def fix(
     from gbfix.config import resolve as settings_for
     from gbfix.detect import warm_worker
     from gbfix.entry import resolve
+    from gbfix.folder_lock import hold
     from gbfix.sources import check_paths
     from gbfix.suppress import Filter
 
@@ -175,6 +176,7 @@ def fix(
 
         check_targets(targets)  # before the entry runs: a file --apply may not write is said first
     the_entry = resolve(entry, targets, Path.cwd())
+    hold(the_entry.cwd)  # before the worker starts: a second gbfix on this program stops here
     # The worker imports torch while gbfix imports LibCST and the engine (stopped unused
     # when a cached result is reused).
     worker = warm_worker(the_entry, settings["timeout"])
