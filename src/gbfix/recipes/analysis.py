@@ -41,7 +41,7 @@ def qualified_names(ctx: SiteContext, node: cst.CSTNode) -> set[str]:
 def global_bindings(ctx: SiteContext, name: str) -> list[cst.CSTNode]:
     """The nodes that bind ``name`` in the module's global scope."""
     scope = ctx.file.scopes.get(ctx.module)
-    return [] if scope is None else [a.node for a in scope[name]]
+    return [] if scope is None else [a.node for a in scope[name] if not isinstance(a, BuiltinAssignment)]
 
 
 def is_module_global(ctx: SiteContext, name: cst.Name) -> bool:
