@@ -7,7 +7,18 @@ import textwrap
 import libcst as cst
 import pytest
 
-from gbfix.recipes.analysis import mutated, pure, single_binding, target_names, tensor_evidence
+from gbfix.locate import Locator
+from gbfix.recipes.analysis import (
+    global_bindings,
+    mutated,
+    pure,
+    single_binding,
+    target_names,
+    tensor_evidence,
+)
+from gbfix.recipes.base import SiteContext
+from gbfix.records import Break, Cause, Frame
+from gbfix.sources import read
 
 
 def expr(code: str) -> cst.BaseExpression:
@@ -106,3 +117,16 @@ def test_tensor_evidence_needs_a_tensor_use_not_arithmetic():
     assert tensor_evidence("x", fn)  # a tensor method
     assert tensor_evidence("m", fn)  # torch.f(m, ...)
     assert not tensor_evidence("n", fn)  # arithmetic fits a Python number too
+
+
+def test_global_bindings_of_a_builtin_is_empty_not_a_crash(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("def helper(x):\n    return len(x)\n\n\nprint(helper([1]))\n")
+    source = read(path)
+    locator = Locator({source.path: source})
+    brk = Break((Cause("GB0059", "GB0059", ""),), (Frame(str(source.path), 5, 0, 5, "<module>"),))
+    site = locator.site(brk)
+    ctx = SiteContext(site, locator.node(site), locator.parsed(source.path), frozenset())
+    assert global_bindings(ctx, "len") == [] and global_bindings(ctx, "print") == []
+    (fn,) = global_bindings(ctx, "helper")
+    assert isinstance(fn, cst.FunctionDef) and fn.name.value == "helper"
