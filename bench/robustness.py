@@ -3,6 +3,7 @@
     python bench/robustness.py                       # installed torch, and transformers if importable
     python bench/robustness.py --package transformers --python bench/census/.venvs/hf5/bin/python
     python bench/robustness.py --max-files 500 --sites 4
+    python bench/robustness.py --recipes-every 10   # recipes on every 10th file, the rest on all
 
 For every ``.py`` file of the packages:
 - read it as gbfix reads a target (``sources.read``: encoding, then a parse); a file that
@@ -75,6 +76,7 @@ def _walk(node: cst.CSTNode):
 
 
 def one_file(path: Path, limit: int, stats: dict, crashes: list) -> None:
+    """Read, round-trip and (``limit`` > 0) try the locator and the recipes at ``limit`` sites."""
     try:
         source = read(path)
     except GbfixError:
@@ -115,6 +117,7 @@ def main() -> int:
     ap.add_argument("--python", default=sys.executable, help="the interpreter whose packages to sweep")
     ap.add_argument("--max-files", type=int, default=None, help="the first N files of each package (sorted)")
     ap.add_argument("--sites", type=int, default=6, help="calls and if-tests tried per file")
+    ap.add_argument("--recipes-every", type=int, default=1, help="try the locator and recipes on every Nth file only")
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
     rows, crashes = [], []
@@ -127,8 +130,10 @@ def main() -> int:
         stats = dict.fromkeys(["not parsed", "parsed", "round-trip failures", "sites", "proposals"], 0)
         before = len(crashes)
         started = time.perf_counter()
-        for path in files:
-            one_file(path, args.sites, stats, crashes)
+        for i, path in enumerate(files):
+            one_file(path, args.sites if i % args.recipes_every == 0 else 0, stats, crashes)
+            if i % 250 == 249:
+                print(f"{name}: {i + 1}/{len(files)} files, {len(crashes) - before} crash(es)", file=sys.stderr, flush=True)
         seconds = time.perf_counter() - started
         lint_started = time.perf_counter()
         try:
