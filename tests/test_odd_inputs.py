@@ -179,3 +179,18 @@ def test_a_second_gbfix_on_the_same_program_waits_its_turn(tmp_path):
     assert first.returncode == 0 and fixed((tmp_path / "train.py").read_text())
     again = run_gbfix("--dry-run", "--entry", "python train.py", "train.py", cwd=tmp_path)
     assert again.returncode == 0, again.stderr  # the lock went with the first process
+
+
+def test_an_entry_that_eats_memory_is_stopped_with_a_clear_error(tmp_path):
+    """The run's processes together pass gbfix's cap (here 1 GiB): the run is stopped, one line."""
+    hog = PROGRAM.replace(
+        '    print(step(torch.ones(2)).sum())\n',
+        '    print(step(torch.ones(2)).sum())\n    kept = []\n    while True:\n        kept.append(torch.ones(64 * 2**20, dtype=torch.uint8))\n',
+    )
+    (tmp_path / "train.py").write_text(hog)
+    env = {**os.environ, "GBFIX_MEMORY_LIMIT": "1"}
+    proc = run_gbfix("--dry-run", "--entry", "python train.py", "train.py", cwd=tmp_path, env=env)
+    lines = [ln for ln in proc.stderr.splitlines() if not ln.startswith("gbfix [")]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "the run used more than 1.0 GiB of memory and was stopped" in lines[0] and "GBFIX_MEMORY_LIMIT=GiB" in lines[0]
+    assert processes_in(tmp_path) == []

@@ -148,6 +148,42 @@ class Prober:
             raise EntryError(f"the entry `{self.entry.text}` failed: {e}") from None
 
 
+MEMORY_ENV = "GBFIX_MEMORY_LIMIT"
+MEMORY_SHARE = 0.8  # of the machine's memory, for one run and everything it started
+
+
+def memory_limit() -> int | None:
+    """Bytes a run may use (resident, all its processes): ``$GBFIX_MEMORY_LIMIT`` GiB, else
+    80% of the machine's memory; None where that cannot be read (no /proc)."""
+    if os.environ.get(MEMORY_ENV):
+        try:
+            return int(float(os.environ[MEMORY_ENV]) * 2**30)
+        except ValueError:
+            raise GbfixError(f"{MEMORY_ENV}={os.environ[MEMORY_ENV]!r}: not a number of GiB") from None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            total_kib = next(int(line.split()[1]) for line in f if line.startswith("MemTotal:"))
+    except (OSError, StopIteration, ValueError):
+        return None
+    return int(total_kib * 1024 * MEMORY_SHARE)
+
+
+def group_rss(pgid: int) -> int:
+    """Resident bytes of the processes in group ``pgid`` (0 where /proc cannot tell)."""
+    total = 0
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            if int(fields[2]) == pgid:  # pgrp, the fifth field of stat
+                total += int(fields[21]) * os.sysconf("SC_PAGE_SIZE")  # rss (pages), the 24th
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
 class Pending:
     """A started run: ``result`` waits for it, ``cancel`` kills it."""
 
@@ -178,6 +214,26 @@ class Pending:
         """Its result (or failure) is in: waited for, or cancelled."""
         return self._result is not None
 
+    def _watch(self) -> int:
+        """Wait for the run's exit code, stopping it at the timeout or when its processes
+        together use more memory than ``memory_limit()``: a clear error, not a frozen machine."""
+        limit = memory_limit()
+        while True:
+            left = self.timeout - (time.perf_counter() - self.started)
+            if left <= 0:
+                self.child.kill()
+                raise RunFailed(f"timed out after {self.timeout:g} s")
+            try:
+                return self.child.wait(min(left, 0.5))
+            except Timeout:
+                pass
+            if limit and group_rss(self.child.pid) > limit:
+                self.child.kill()
+                raise RunFailed(
+                    f"the run used more than {limit / 2**30:.1f} GiB of memory and was stopped"
+                    f" (gbfix's cap: {MEMORY_SHARE:.0%} of this machine's memory; {MEMORY_ENV}=GiB sets it)"
+                )
+
     def cancel(self) -> None:
         if self._result is None:
             self.child.kill()
@@ -185,10 +241,9 @@ class Pending:
 
     def _wait(self) -> RunResult:
         try:
-            rc = self.child.wait(self.timeout - (time.perf_counter() - self.started))
-        except Timeout:
-            self.child.kill()
-            raise RunFailed(f"timed out after {self.timeout:g} s") from None
+            rc = self._watch()
+        except RunFailed:  # stopped there already
+            raise
         except WorkerLost as e:
             raise RunFailed(str(e)) from None
         except BaseException:  # Ctrl-C: the run must not outlive gbfix

@@ -27,6 +27,8 @@ class Timeout(Exception):
 class Launched(Protocol):
     """A started child: ``wait`` returns its exit code (raises Timeout), ``kill`` ends it and its group."""
 
+    pid: int  # also its process group's id
+
     def wait(self, timeout: float) -> int: ...
 
     def kill(self) -> None: ...
@@ -44,6 +46,7 @@ class _Popen:
 
     def __init__(self, proc: subprocess.Popen) -> None:
         self.proc = proc
+        self.pid = proc.pid
 
     def wait(self, timeout: float) -> int:
         try:
