@@ -55,6 +55,7 @@ def test_unchanged_code_reuses_the_verified_result_without_running(runs):
     assert RAN not in again.stderr and REUSED in again.stderr, again.stderr
     assert again.stdout == fresh.stdout and "+++ b/pkg/blocks.py" in again.stdout
     assert "note: the program and the files it loads are unchanged" in again.stderr
+    assert "note: ran `" in fresh.stderr and "note: ran `" not in again.stderr  # the reused run ran nothing
 
 
 def test_a_reused_result_leaves_no_worker_behind(runs):

@@ -710,7 +710,9 @@ def fix(
     if not reused:
         return result
     progress("unchanged since an earlier run: reusing its verified result")
-    return replace(result, runs=0, seconds=0.0, notes=(*result.notes, result_cache.REUSED.format(what="verified result")))
+    # This run ran nothing: the earlier run's count of runs is not this one's.
+    notes = [n for n in result.notes if n != runs_note(result.entry, result.runs, result.baseline)]
+    return replace(result, runs=0, seconds=0.0, notes=(*notes, result_cache.REUSED.format(what="verified result")))
 
 
 def write(result: Result) -> list[Path]:
