@@ -252,6 +252,23 @@ def mutated(scope: cst.CSTNode, name: str, augmented: bool = True) -> bool:
     return False
 
 
+def changed_in_place(scope: cst.CSTNode, expr: cst.BaseExpression) -> bool:
+    """The scope writes into the object of ``expr``, a name or an access path
+    (`self.table`): ``mutated`` for a name, else a write through the path."""
+    if isinstance(expr, cst.Name):
+        return mutated(scope, expr.value)
+    code = cst.Module([]).code_for_node(expr)
+    for n in walk(scope):
+        target = None
+        if isinstance(n, cst.AugAssign) or (isinstance(n, cst.AssignTarget) and isinstance(n.target, cst.Subscript)):
+            target = n.target
+        elif isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value.endswith("_"):
+            target = n.func.value
+        if target is not None and cst.Module([]).code_for_node(target).startswith(code):
+            return True
+    return False
+
+
 # ---------------------------------------------------------------- tensors
 
 

@@ -33,7 +33,13 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata.scope_provider import FunctionScope
 
-from gbfix.recipes.analysis import mutated, only_read, pure, scope_of, taken
+from gbfix.recipes.analysis import (
+    changed_in_place,
+    only_read,
+    pure,
+    scope_of,
+    taken,
+)
 from gbfix.recipes.base import Decline, Recipe, SiteContext
 from gbfix.recipes.branch import fit, make_call, single, statement
 from gbfix.recipes.tree import variable_names, walk
@@ -143,22 +149,6 @@ def _number(expr: cst.BaseExpression) -> bool:
     )
 
 
-def _changed_in_place(scope: cst.CSTNode, expr: cst.BaseExpression) -> bool:
-    """The scope writes into ``expr``'s tensor (a view of it picked before would change)."""
-    if isinstance(expr, cst.Name):
-        return mutated(scope, expr.value)
-    code = cst.Module([]).code_for_node(expr)
-    for n in walk(scope):
-        target = None
-        if isinstance(n, cst.AugAssign) or (isinstance(n, cst.AssignTarget) and isinstance(n.target, cst.Subscript)):
-            target = n.target
-        elif isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value.endswith("_"):
-            target = n.func.value
-        if target is not None and cst.Module([]).code_for_node(target).startswith(code):
-            return True
-    return False
-
-
 class GuardedIndex(Recipe):
     name = "guarded-index"
     codes = ("GB0170",)
@@ -189,7 +179,7 @@ class GuardedIndex(Recipe):
         if not all(pure(e) for e in (node.test, table, index, default)):
             raise Decline("the table, the index, the test or the default may have effects: the rewrite evaluates each of them")
         scope = scope_of(ctx, node)
-        if _changed_in_place(scope, table) or _changed_in_place(scope, default):
+        if changed_in_place(scope, table) or changed_in_place(scope, default):
             raise Decline("the function changes the table or the default in place: the original's pick may be a view of it")
         if not self._only_read(ctx, node):
             raise Decline("the picked tensor is not only read: the original's is the table's element or the default itself, the rewrite's a copy")
