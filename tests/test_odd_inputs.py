@@ -4,6 +4,7 @@ each gets the right result or a one-line error (exit 2), and no file is lost or 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -157,8 +158,15 @@ def test_a_signal_mid_run_stops_everything_and_leaves_no_scratch(tmp_path, sig, 
 def test_sigkill_mid_run_leaves_no_process_and_no_changed_file(tmp_path):
     """SIGKILL cannot be caught: the warm worker sees its parent gone and stops the runs;
     the target is unchanged (a file is only ever replaced whole, by a rename)."""
-    rc, _, _, _ = signal_mid_run(tmp_path, signal.SIGKILL)
+    rc, _, work, scratch = signal_mid_run(tmp_path, signal.SIGKILL)
     assert rc == -signal.SIGKILL
+    left = [p.name for p in scratch.iterdir() if p.name.startswith("gbfix-")]
+    assert len(left) == 2  # its folder and its worker's log, no clean-up of its own: the next gbfix removes them
+    (work / "quick.py").write_text(PROGRAM)
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    proc = run_gbfix("--dry-run", "--entry", "python quick.py", "quick.py", cwd=work, env=env)
+    assert proc.returncode == 1, proc.stderr
+    assert [p.name for p in scratch.iterdir() if p.name.startswith("gbfix-")] == []
 
 
 def test_a_second_gbfix_on_the_same_program_waits_its_turn(tmp_path):
@@ -194,3 +202,56 @@ def test_an_entry_that_eats_memory_is_stopped_with_a_clear_error(tmp_path):
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert "the run used more than 1.0 GiB of memory and was stopped" in lines[0] and "GBFIX_MEMORY_LIMIT=GiB" in lines[0]
     assert processes_in(tmp_path) == []
+
+
+def as_user_without_overrides(*args: str, cwd) -> subprocess.CompletedProcess:
+    """gbfix run so that file permissions bind: root keeps its uid (its Python lives under
+    /root) but loses the capabilities that let it read and list anything."""
+    drop = []
+    if os.geteuid() == 0:
+        if not shutil.which("setpriv"):
+            pytest.skip("running as root without setpriv: permissions cannot be made to bind")
+        drop = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+    return subprocess.run([*drop, sys.executable, "-m", "gbfix", *args], check=False, cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("what", ["folder", "file"])
+def test_a_target_folder_or_file_gbfix_cannot_read(tmp_path, what):
+    (tmp_path / "train.py").write_text(PROGRAM)
+    hidden = tmp_path / "sub"
+    hidden.mkdir()
+    (hidden / "helpers.py").write_text("X = 1\n")
+    locked = hidden if what == "folder" else hidden / "helpers.py"
+    locked.chmod(0)
+    try:
+        proc = as_user_without_overrides("--dry-run", "--entry", "python train.py", ".", cwd=tmp_path)
+        lint = as_user_without_overrides("lint", ".", cwd=tmp_path)
+    finally:
+        locked.chmod(0o755 if what == "folder" else 0o644)
+    said = "cannot list the folder (Permission denied)" if what == "folder" else "cannot read the file (Permission denied)"
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [f"gbfix: error: sub{'' if what == 'folder' else '/helpers.py'}: {said}"], proc.stderr
+    # lint, like ruff, reports an unreadable file as E902 and lints the rest; a folder it cannot list stops it.
+    if what == "folder":
+        assert lint.returncode == 2 and said in lint.stderr, lint
+    else:
+        assert lint.returncode == 1 and "sub/helpers.py:1:1: E902 cannot read the file" in lint.stdout, lint
+
+
+def test_a_target_changed_by_another_writer_during_the_run_is_not_written(tmp_path):
+    model = PROGRAM.split("\n\nif __name__")[0] + "\n"
+    (tmp_path / "model.py").write_text(model)
+    (tmp_path / "train.py").write_text(textwrap.dedent(
+        """\
+        import pathlib
+        import torch
+        from model import step
+
+        print(step(torch.ones(2)).sum())
+        with open(pathlib.Path(__file__).with_name("model.py"), "a") as f:  # another writer, mid-run
+            f.write("# touched\\n")
+        """
+    ))
+    proc = run_gbfix("--apply", "--entry", "python train.py", "model.py", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].endswith("model.py: changed on disk while gbfix ran; nothing written"), proc.stderr
+    after = (tmp_path / "model.py").read_text()
+    assert after.startswith(model) and set(after[len(model):].splitlines()) == {"# touched"}  # only the other writer's lines

@@ -8,7 +8,6 @@ baseline does not list; ``--update-baseline`` writes the file instead. Nothing i
 
 from __future__ import annotations
 
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from typing import Any
 import click
 
 from gbfix import baseline as bl
-from gbfix import folder_lock, report, result_cache
+from gbfix import folder_lock, report, result_cache, scratch
 from gbfix.config import resolve as settings_for
 from gbfix.detect import Prober
 from gbfix.engine import Finding, Result, message
@@ -58,9 +57,9 @@ def detect(
     files = collect(targets)
 
     def detection_run() -> RunResult:
-        with tempfile.TemporaryDirectory(prefix="gbfix-") as workdir:
+        with scratch.folder() as workdir:
             progress(f"detection run of `{the_entry.text}`")
-            return Prober(the_entry, Path(workdir), timeout).baseline()
+            return Prober(the_entry, workdir, timeout).baseline()
 
     key = result_cache.key(the_entry, "check", files) if cache else None
     run, reused = result_cache.reuse_or_run(key, RunResult, detection_run, lambda r: r.sources, files)

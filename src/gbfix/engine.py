@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import itertools
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gbfix import edits as edit_ops
-from gbfix import escape, fullgraph, recipes, result_cache, sources, writes
+from gbfix import escape, fullgraph, recipes, result_cache, scratch, sources, writes
 from gbfix.detect import Pending, Prober, RunFailed, warm_worker
 from gbfix.errors import EntryError
 from gbfix.entry import Entry
@@ -693,8 +692,8 @@ def fix(
     targets = sources.collect(paths)
 
     def run() -> Result:
-        with tempfile.TemporaryDirectory(prefix="gbfix-") as workdir:
-            session = _Session(entry, targets, opts, Path(workdir), progress, worker)
+        with scratch.folder() as workdir:
+            session = _Session(entry, targets, opts, workdir, progress, worker)
             try:
                 return session.run()
             finally:

@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Protocol
 
+from gbfix import scratch
+
 
 class Timeout(Exception):
     pass
@@ -166,7 +168,7 @@ class Warm:
         if self.proc is not None or self.failed is not None:
             return
         try:
-            fd, name = tempfile.mkstemp(prefix="gbfix-worker-", suffix=".log")
+            fd, name = tempfile.mkstemp(prefix=f"{scratch.prefix()}worker-", suffix=".log")
             self.log = Path(name)
             with os.fdopen(fd, "wb") as log:
                 self.proc = subprocess.Popen(

@@ -31,16 +31,24 @@ def python_files(root: Path):
     if root.is_file():
         yield root
         return
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, dirnames, filenames in os.walk(root, onerror=_unlistable):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in SKIP_DIRS and not d.endswith(".egg-info"))
         for name in sorted(filenames):
             if name.endswith(".py"):
                 yield Path(dirpath) / name
 
 
+def _unlistable(e: OSError) -> None:
+    # os.walk would skip the folder silently: files the user meant to fix, left out unsaid.
+    raise GbfixError(f"{Path(e.filename)}: cannot list the folder ({e.strerror})")
+
+
 def read(path: Path) -> SourceFile:
     """Read and check one target: it must decode (PEP 263) and parse."""
-    data = path.read_bytes()
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise GbfixError(f"{path}: cannot read the file ({e.strerror})") from None
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
         text = data.decode(encoding)
