@@ -97,14 +97,13 @@ def test_package_breaks_found_across_files(tmp_path):
     assert proc.stderr.strip() == "2 likely graph breaks in 2 files (4 files checked, 1 compiled region)."
 
 
-def test_only_the_files_given_are_followed(tmp_path):
+def test_only_the_files_given_are_reported(tmp_path):
     root = write(tmp_path, PACKAGE)
-    # Without train.py nothing is compiled: say so, exit 0.
+    # train.py is not given, but its compile call is found in the project (the folder).
     proc = run_gbfix("lint", "pkg", cwd=root)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == ""
-    assert "No compiled code found (3 files checked)" in proc.stderr
-    # With train.py but not utils.py: the helper is outside the paths.
+    assert where(findings(proc)) == [("pkg/model.py:13:9", "GB0059"), ("pkg/utils.py:5:19", "GB0124")]
+    assert proc.stderr.strip() == "2 likely graph breaks in 2 files (3 files checked, 1 compiled region)."
+    # utils.py is followed (the helper is reached) but not reported: it was not given.
     proc = run_gbfix("lint", "train.py", "pkg/model.py", "pkg/__init__.py", cwd=root)
     assert where(findings(proc)) == [("pkg/model.py:13:9", "GB0059")]
 

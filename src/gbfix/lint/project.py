@@ -11,16 +11,19 @@ from __future__ import annotations
 import ast
 import builtins
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Union
+
+from gbfix.lint.index import PathIndex, package_dir
 
 # Calls that compile their first argument (``torch._dynamo.optimize(...)`` is the old API).
 COMPILE = {"torch.compile", "torch._dynamo.optimize"}
 # Decorators that keep a function out of the trace (opaque to Dynamo): their bodies never
 # break the graph, whatever they hold. gbfix's own recipes emit some of them.
 OPAQUE_SUFFIXES = ("disable", "allow_in_graph", "leaf_function", "custom_op", "nonstrict_trace", "substitute_in_graph", "assume_constant_result")
+NN_MODULE = {"torch.nn.Module", "torch.nn.modules.module.Module"}
 # Methods that return the module they are called on (``Net().to(device)``).
 CHAIN = {"to", "cuda", "cpu", "eval", "train", "half", "float", "double", "bfloat16", "requires_grad_", "share_memory", "compile"}
 CONTAINERS = {"torch.nn.ModuleList", "torch.nn.Sequential", "torch.nn.ModuleDict", "list", "tuple"}
@@ -92,7 +95,6 @@ class Module:
     display: str
     lines: list[str]
     tree: ast.Module
-    package_dir: Path | None = None  # the folder, for a package's __init__.py
     defs: dict[str, object] = field(default_factory=dict)  # name -> FunctionDef | ClassInfo | import tuple
     assigns: dict[str, list[ast.expr]] = field(default_factory=dict)
     config: set[str] = field(default_factory=set)  # torch._dynamo.config options set True here
@@ -105,7 +107,7 @@ class ClassInfo:
     module: Module
     methods: dict[str, ast.FunctionDef | ast.AsyncFunctionDef]
     _bases: list[ClassInfo] | None = None
-    _attrs: dict[str, list[tuple[ast.expr, Scope]]] | None = None
+    _attrs: dict[str, list[tuple[ast.expr, ast.FunctionDef | ast.AsyncFunctionDef]]] | None = None  # self.<name> = value, in method
 
     @property
     def name(self) -> str:
@@ -207,27 +209,26 @@ def fill_scope(scope: Scope, root: ast.AST) -> None:
 
 
 class Project:
-    """All scanned modules, with name resolution across them."""
+    """The project's modules, read as name resolution reaches them, and names resolved across them."""
 
-    def __init__(self, modules: list[Module]):
-        self.modules = modules
-        self._by_suffix: dict[tuple[str, ...], list[Module]] = {}
-        self._by_path: dict[Path, Module] = {}
+    def __init__(self, index: PathIndex, load: Callable[[Path], Module | None]):
+        self.index = index
+        self._load = load
+        self.loaded: dict[Path, Module | None] = {}  # every file read so far
         self._scopes: dict[int, Scope] = {}
         self._classes: dict[int, ClassInfo] = {}
         self._busy: set[object] = set()  # keys being computed: cycles give up instead of recursing
         self._memo_classes: dict[int, frozenset[ClassInfo]] = {}
-        for m in modules:
-            self._by_path[m.path] = m
-            parts = m.path.with_suffix("").parts
-            if parts[-1] == "__init__":
-                parts = parts[:-1]
-                m.package_dir = m.path.parent
-            for k in range(1, len(parts) + 1):
-                self._by_suffix.setdefault(parts[-k:], []).append(m)
-        for m in modules:
-            self._index(m)
-        self.config = set().union(*(m.config for m in modules)) if modules else set()
+
+    def module(self, path: Path) -> Module | None:
+        """The module of a project file, parsed and indexed when first needed (None: it does
+        not parse): most files of a big project are never read past the pre-filter."""
+        if path not in self.loaded:
+            m = self._load(path)
+            if m is not None:
+                self._index(m)
+            self.loaded[path] = m
+        return self.loaded[path]
 
     # -- indexing -------------------------------------------------------------------------
 
@@ -272,9 +273,8 @@ class Project:
             names = [a.arg for a in params] + [a.arg for a in (args.vararg, args.kwarg) if a is not None]
             scope.params = set(names)
             scope.annotations = {a.arg: _annotation(a.annotation) for a in params if a.annotation is not None}
-            is_static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in f.node.decorator_list)
-            if f.cls is not None and names and not is_static:
-                scope.self_name = names[0]
+            if f.cls is not None:
+                scope.self_name = _self_param(f.node)
             fill_scope(scope, f.node)
             self._scopes[id(f.node)] = scope
         return scope
@@ -282,15 +282,12 @@ class Project:
     # -- modules --------------------------------------------------------------------------
 
     def _module_named(self, dotted: str, near: Path) -> Module | None:
-        found = self._by_suffix.get(tuple(dotted.split(".")), [])
-        if not found:
-            return None
-        # the module nearest to the importing file (`import utils` next to train.py)
-        return max(found, key=lambda m: (len(_common(m.path, near)), -len(m.path.parts)))
+        path = self.index.named(dotted, near)
+        return self.module(path) if path is not None else None
 
     def _module_at(self, folder: Path, dotted: str) -> Module | None:
-        base = folder.joinpath(*dotted.split(".")) if dotted else folder
-        return self._by_path.get(base.with_suffix(".py")) or self._by_path.get(base / "__init__.py")
+        path = self.index.at(folder, dotted)
+        return self.module(path) if path is not None else None
 
     def _import(self, m: Module, spec: tuple, name: str) -> list[Sym]:
         if spec[0] == "module":
@@ -329,8 +326,9 @@ class Project:
                 return self._import(m, d, name)
             if name in m.assigns:
                 return [Val(tuple((v, m.scope) for v in m.assigns[name]))]
-            if m.package_dir is not None:
-                sub = self._module_at(m.package_dir, name)
+            folder = package_dir(m.path)
+            if folder is not None:
+                sub = self._module_at(folder, name)
                 if sub is not None:
                     return [sub]
             return []
@@ -431,12 +429,17 @@ class Project:
             if c._attrs is None:
                 c._attrs = {}
                 for meth in c.methods.values():
-                    scope = self.scope_of(Func(meth, c.module, c, None))
-                    for node in body_nodes(meth):
-                        for target, value in _attr_assignments(node, scope.self_name):
-                            c._attrs.setdefault(target, []).append((value, scope))
-            out.extend(c._attrs.get(name, ()))
+                    for stmt in _statements(meth):
+                        for target, value in _attr_assignments(stmt, _self_param(meth)):
+                            c._attrs.setdefault(target, []).append((value, meth))
+            # a method's scope is built only when one of its values is asked for: base classes
+            # like transformers' PreTrainedModel have hundreds of long methods
+            out.extend((v, self.scope_of(Func(meth, c.module, c, None))) for v, meth in c._attrs.get(name, ()))
         return out
+
+    def is_nn_module(self, cls: ClassInfo) -> bool:
+        """``cls`` derives from ``torch.nn.Module``, through the project's classes."""
+        return any(self.qual(b, c.module.scope) in NN_MODULE for c in self.mro(cls) for b in c.node.bases)
 
     def call_targets(self, cls: ClassInfo) -> list[Sym]:
         """What calling an instance runs: its ``__call__`` if user code defines one, else ``forward``."""
@@ -611,6 +614,29 @@ def is_identity(e: ast.Compare) -> bool:
     return all(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in e.ops)
 
 
+def _self_param(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
+    """The name ``self`` goes by in a method (None for a staticmethod)."""
+    if any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in fn.decorator_list):
+        return None
+    args = [*fn.args.posonlyargs, *fn.args.args]
+    return args[0].arg if args else fn.args.vararg.arg if fn.args.vararg else None
+
+
+def _statements(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.AST]:
+    """The statements of a function body, those of nested defs left out (and the call of a
+    call statement, for ``self.register_buffer(...)``): expressions are not walked."""
+    stack: list[ast.AST] = list(fn.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Expr):
+            yield node.value
+            continue
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for part in ("body", "orelse", "finalbody", "handlers", "cases"):
+                stack.extend(getattr(node, part, ()))
+
+
 def _attr_assignments(node: ast.AST, self_name: str | None) -> Iterator[tuple[str, ast.expr]]:
     if self_name is None:
         return
@@ -659,12 +685,3 @@ def _toplevel(body: list[ast.stmt]) -> Iterator[ast.stmt]:
                 yield from _toplevel(part)
             for h in getattr(stmt, "handlers", []):
                 yield from _toplevel(h.body)
-
-
-def _common(a: Path, b: Path) -> tuple[str, ...]:
-    out = []
-    for x, y in zip(a.parts, b.parts):
-        if x != y:
-            break
-        out.append(x)
-    return tuple(out)
