@@ -7,6 +7,8 @@ for an installed package; no torch run.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,8 @@ import pytest
 from gbfix import report, upstream
 from gbfix.engine import Finding
 from gbfix.records import Break, Cause, Frame
+
+REPO = Path(__file__).resolve().parent.parent
 
 BLOCKS = """\
 class Mixer:
@@ -124,3 +128,14 @@ def test_the_report_line_carries_the_note(tmp_path, monkeypatch):
     assert report.diagnostic(f, str) == (
         "/home/me/run.py:9:5: GB0059 print (no recipe applies; tinylib 0.10.0 no longer breaks here, 0.9.0 is installed)"
     )
+
+
+def test_the_shipped_data_is_what_the_census_results_give():
+    """data/upstream.json is computed by bench/census/upstream.py from the kept census results,
+    never edited by hand."""
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "census" / "upstream.py"), "--check"],
+                          capture_output=True, text=True, check=False, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    sites = upstream.load(upstream.DATA)
+    assert any(dict(k.measured).get("5.23.0") == "fixed" for k in sites)
+    assert any(dict(k.measured).get("5.23.0") == "breaks" for k in sites)
