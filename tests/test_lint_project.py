@@ -263,3 +263,22 @@ def test_folder_without_git_or_config(tmp_path, layout):
     else:  # lib/ is a folder of its own: run.py is outside it, and nothing there is compiled
         assert got == [("lib/model.py:7:9", "GB0059"), ("lib/model.py:13:16", "GB0124")]
         assert proc.stderr.startswith("No torch.compile call found in the project")
+
+
+@pytest.mark.parametrize(("text", "may"), [
+    ("model = torch.compile(Net())", True),
+    ("model = torch.compile (Net())", True),
+    ("@torch.compile\ndef f(x):\n    return x", True),
+    ("    @torch._dynamo.optimize('eager')\n    def f(x): ...", True),
+    ("model.compile()", True),
+    ("opt = optimize(f)", True),
+    ("PATTERN = re.compile(r'x')", False),  # never torch.compile
+    ("PATTERN = regex.compile(r'x')", False),
+    ('"""Meant for torch.compile."""', False),  # a word in prose
+    ("# we compile it in train.py", False),
+    ("if is_compiling(): pass", False),
+])
+def test_the_text_scan_keeps_every_file_that_may_compile(text, may):
+    from gbfix.lint.facts import scan
+
+    assert scan(text.encode()).may_compile is may

@@ -44,7 +44,7 @@ _CONFIG_ROUTES = {
 
 def lint(paths: list[Path], cwd: Path | None = None, selection: Filter = Filter()) -> Report:
     """Likely breaks in ``paths``: those ``selection`` selects, less the ``# gbfix: ignore``d (counted)."""
-    cwd = cwd or Path.cwd()
+    cwd = (cwd or Path.cwd()).resolve()
     given = _files(paths)
     report = Report(files=len(given))
     if not given:
@@ -57,10 +57,14 @@ def lint(paths: list[Path], cwd: Path | None = None, selection: Filter = Filter(
     index = PathIndex(space.files)
     project = Project(index, parses.module)  # the given files are checked in this one
 
+    found_now: dict[Path, Parsed] = {}  # what this run's parses found, for the cache
+
     def parsed(path: Path) -> Parsed:
         """What parsing ``path`` finds: known from the cache, or parsed now."""
         known = facts[path].parsed if path in facts else None
-        return known or _parsed(project.module(path), parses.done[path], project)
+        if known is None and path not in found_now:
+            found_now[path] = _parsed(project.module(path), parses.done[path], project)
+        return known or found_now[path]
 
     for path in given:  # their syntax errors are reported
         error = parsed(path).error
@@ -68,7 +72,7 @@ def lint(paths: list[Path], cwd: Path | None = None, selection: Filter = Filter(
             report.findings.append(Finding(display(path, cwd), *error))
     # The files that may compile something: those whose text says so, less those a parse
     # showed to hold no compile call (a warm run parses only files with compile calls).
-    compiling = sorted(p for p, f in facts.items() if f.mentions_compile and parsed(p).compiles)
+    compiling = sorted(p for p, f in facts.items() if f.may_compile and parsed(p).compiles)
     reaches = [_reach_of(p, cache, lambda: Project(index, parses.module)) for p in compiling]
     if not compiling:
         report.assumed = True
@@ -81,9 +85,11 @@ def lint(paths: list[Path], cwd: Path | None = None, selection: Filter = Filter(
     report.regions = [f"{name} ({display(Path(path), cwd)}:{line}{marked})" for name, path, line in seen]
     found, report.suppressed = findings(reaches, set(given), project, silenced, selection, report.assumed)
     report.findings = sorted(report.findings + found)
-    for path, got in parses.done.items():  # what the parses found, for the next run
-        if path in facts and facts[path].parsed is None:
-            cache.parsed(path, _parsed(project.module(path), got, project))
+    for path in list(parses.done):  # what the parses found, for the next run
+        if path in facts:
+            parsed(path)
+    for path, known in found_now.items():
+        cache.parsed(path, known)
     cache.save()
     return report
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from gbfix.lint.facts import Facts, Parsed, scan
 from gbfix.lint.reach import Compiled, Reach, Reached
 
-FORMAT = 1  # bump when what an entry holds changes shape
+FORMAT = 2  # bump when what an entry holds changes shape
 _RACY_NS = 2_000_000_000  # a file changed this recently may change again within its mtime's resolution
 
 
@@ -79,7 +79,7 @@ class LintCache:
         facts = self.facts(path)
         if facts is None or facts.parsed == parsed:
             return
-        self._facts[path] = facts = Facts(facts.mentions_compile, facts.mentions_config, parsed)
+        self._facts[path] = facts = Facts(facts.may_compile, facts.mentions_config, parsed)
         try:
             self._remember(path, path.stat(), facts)
         except OSError:
@@ -146,6 +146,6 @@ def _facts_from_json(d: dict) -> Facts | None:
     try:
         p = d["parsed"]
         parsed = None if p is None else Parsed(tuple(p["error"]) if p["error"] else None, bool(p["compiles"]), tuple(p["config"]))
-        return Facts(bool(d["mentions_compile"]), bool(d["mentions_config"]), parsed)  # type: ignore[arg-type]
+        return Facts(bool(d["may_compile"]), bool(d["mentions_config"]), parsed)  # type: ignore[arg-type]
     except (KeyError, TypeError, ValueError):
         return None  # a damaged entry: read the file again

@@ -13,7 +13,7 @@ class PathIndex:
         self.paths = frozenset(paths)
         self._by_suffix: dict[tuple[str, ...], list[Path]] = {}
         for p in self.paths:
-            parts = p.with_suffix("").parts
+            parts = (*p.parts[:-1], p.name.rpartition(".")[0] or p.name)  # (faster than with_suffix)
             if parts[-1] == "__init__":
                 parts = parts[:-1]
             for k in range(1, len(parts) + 1):

@@ -31,9 +31,9 @@ class Parses:
 
 
 def display(path: Path, cwd: Path) -> str:
-    """``path`` relative to the current folder when it is under it, else in full."""
+    """``path`` (resolved) relative to the current folder (resolved) when it is under it, else in full."""
     try:
-        rel = os.path.relpath(path.resolve(), cwd.resolve())
+        rel = os.path.relpath(path, cwd)
     except ValueError:
         return str(path)
     return str(path) if rel.startswith("..") else rel
