@@ -35,7 +35,8 @@ def findings(
         else:
             kept.add(f)
 
-    # one via per function: a region itself names none (unless only assumed), else the first region by name
+    # each function is checked once, with one via: none in a region itself (unless it is
+    # only assumed compiled), else the first region reaching it, by name
     best: dict[tuple[str, int, str], tuple[str, Reached]] = {}
     for x in (x for r in reaches for x in r.reached if Path(x.path) in given):
         via = f"{x.region}, assumed compiled" if assumed else "" if x.root else x.region
@@ -64,7 +65,7 @@ def findings(
             for site, code, message in hits:
                 if code not in silenced:
                     keep(m, _finding(m, site, code, message, via))
-    return _dedupe(kept), len(muted)
+    return sorted(kept), len(muted)
 
 
 def _finding(m: Module, site: ast.AST, code: str, message: str, via: str) -> Finding:
@@ -76,11 +77,3 @@ def _char_col(m: Module, line: int, byte_col: int) -> int:
     # ast columns are UTF-8 byte offsets; editors and gbfix count characters
     text = m.lines[line - 1] if line <= len(m.lines) else ""
     return byte_col if text.isascii() else len(text.encode("utf-8")[:byte_col].decode("utf-8", "replace"))
-
-
-def _dedupe(found: set[Finding]) -> list[Finding]:
-    # one finding per site and code, whichever compiled region reached it first (by name)
-    best: dict[tuple, Finding] = {}
-    for f in sorted(found, key=lambda f: (f.via != "", f.via)):
-        best.setdefault((f.path, f.line, f.col, f.code), f)
-    return list(best.values())
