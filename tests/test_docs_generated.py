@@ -72,7 +72,7 @@ def _tracked() -> set[str]:
 
 
 def _doc_links():
-    pages = [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "rules" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    pages = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "rules").glob("*.md"))]
     for page in pages:
         if not page.is_file():
             continue
