@@ -130,3 +130,22 @@ def test_global_bindings_of_a_builtin_is_empty_not_a_crash(tmp_path):
     assert global_bindings(ctx, "len") == [] and global_bindings(ctx, "print") == []
     (fn,) = global_bindings(ctx, "helper")
     assert isinstance(fn, cst.FunctionDef) and fn.name.value == "helper"
+
+
+def test_the_vocabulary_names_only_real_tensor_calls():
+    """Each family of calls the recipes share names Tensor methods or torch functions (a typo
+    would silently make a recipe decline, or accept, the wrong calls), and behaves as its
+    family says on a tensor."""
+    import torch
+
+    from gbfix.recipes import vocabulary as v
+
+    families = {n: getattr(v, n) for n in ("ALIASING", "SHAPE_VIEWS", "CASTS", "PREDICATES", "FULL_REDUCTIONS", "TUPLE_WITH_DIM", "ELEMENTWISE")}
+    unknown = {n: sorted(c for c in f if not hasattr(torch.Tensor, c) and not hasattr(torch, c)) for n, f in families.items()}
+    assert not any(unknown.values()), unknown
+    assert v.SHAPE_VIEWS <= v.ALIASING  # a view shares memory
+    x = torch.ones(2, 3)
+    assert {r for r in v.FULL_REDUCTIONS if getattr(x, r)().dim() != 0} == set()
+    binary = v.PREDICATES - {"isnan", "isinf", "isfinite", "isneginf", "isposinf", "isreal", "logical_not"}
+    assert {p for p in binary if getattr(x, p)(x).dtype != torch.bool} == set()
+    assert {c for c in v.ELEMENTWISE if c not in {"clamp", "clip", "clamp_min", "clamp_max", "pow", "mul", "div", "add", "sub", "masked_fill"} and getattr(x, c)().data_ptr() == x.data_ptr()} == set()  # they allocate

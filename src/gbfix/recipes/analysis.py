@@ -23,6 +23,7 @@ from libcst.metadata import BuiltinAssignment, FunctionScope
 
 from gbfix.recipes.base import SiteContext
 from gbfix.recipes.tree import param_names, walk
+from gbfix.recipes.vocabulary import ALIASING
 
 # ---------------------------------------------------------------- names and scopes
 
@@ -293,13 +294,6 @@ def tensor_evidence(name: str, scope: cst.CSTNode) -> bool:
 # ---------------------------------------------------------------- values only read
 
 
-# Tensor methods and torch functions whose result may share memory with their input:
-# what is done to their result is done to it.
-ALIASING = frozenset(
-    "view view_as reshape reshape_as squeeze unsqueeze flatten unflatten expand expand_as transpose permute"
-    " narrow select t T mT H mH detach contiguous to type type_as float double half bfloat16 long int bool"
-    " cpu cuda as_strided unbind split chunk movedim swapaxes real imag diagonal".split()
-)
 _NOT_ELEMENTWISE = (cst.Is, cst.IsNot, cst.In, cst.NotIn)
 # Reads that expose identity or memory rather than values.
 EXPOSING = frozenset("data grad numpy data_ptr untyped_storage storage set_ share_memory_".split())

@@ -45,15 +45,18 @@ from gbfix.recipes.tree import (
     variables,
     walk,
 )
+from gbfix.recipes.vocabulary import (
+    ALIASING,
+    CASTS,
+    FULL_REDUCTIONS,
+    PREDICATES,
+    SHAPE_VIEWS,
+    words,
+)
 
 _WIDTH = 88  # longer generated calls get one argument a line, as black would lay them out
 # Calls that return a boolean tensor: a test made of them needs no proof that it is a tensor.
-_BOOL_CALLS = frozenset(
-    "any all isnan isinf isfinite isneginf isposinf isreal logical_and logical_or logical_not"
-    " logical_xor eq ne gt ge lt le greater greater_equal less less_equal".split()
-)
-# Reductions over all elements: a 0-dim tensor, usable as a scalar operand.
-_REDUCTIONS = frozenset("sum mean max min amax amin norm std var prod nansum nanmean".split())
+_BOOL_CALLS = PREDICATES | words("any all")
 # Elementwise maps that keep their input's shape and dtype and have a finite
 # gradient everywhere: `torch.where` evaluates both arms, and the unselected one
 # still gets a zero gradient, which turns into NaN through a singular derivative.
@@ -65,12 +68,6 @@ _ELEMENTWISE = {
     "nan_to_num": ("nan", "posinf", "neginf"), "add": ("alpha",), "sub": ("alpha",), "mul": (),
 }
 _LIKE = {"zeros_like": (), "ones_like": (), "full_like": ("fill_value",)}  # torch.*_like(x, ...)
-# Methods that may return a view of their receiver; torch.cond refuses branch outputs that alias inputs.
-_VIEWS = frozenset(
-    "view view_as reshape reshape_as transpose permute t squeeze unsqueeze expand expand_as narrow"
-    " select unflatten flatten contiguous detach to float half double bfloat16 long int bool type_as"
-    " unbind split chunk movedim swapaxes".split()
-)
 
 
 def _bare(expr: cst.BaseExpression) -> cst.BaseExpression:
@@ -209,7 +206,7 @@ def _tensor_valued(call: cst.Call) -> bool:
     """A call that returns a tensor: a torch function, a reduction, an elementwise map."""
     if is_torch_call(call):
         return cst.Module([]).code_for_node(call.func) not in _STATIC_FUNCS
-    return called(call)[1] in _REDUCTIONS | _BOOL_CALLS | _ELEMENTWISE.keys()
+    return called(call)[1] in FULL_REDUCTIONS | _BOOL_CALLS | _ELEMENTWISE.keys()
 
 
 def _tensor_cond(expr: cst.BaseExpression, known: bool) -> cst.BaseExpression | None:
@@ -507,7 +504,7 @@ def _scalar(expr: cst.BaseExpression) -> bool:
         recv, name = called(expr)
         if name == "detach" and recv is not None and not expr.args:  # what item-to-tensor writes for `t.item()`
             return _scalar(recv)
-        return recv is not None and name in _REDUCTIONS and not expr.args
+        return recv is not None and name in FULL_REDUCTIONS and not expr.args
     return False
 
 
@@ -622,8 +619,8 @@ def _where_ok(
 # Calls whose derivative is finite everywhere: on torch.where's unselected arm a zero
 # gradient times theirs stays zero (not log, sqrt, exp, norm, division by data).
 _GRAD_SAFE_CALLS = (
-    frozenset(_ELEMENTWISE) | frozenset(_LIKE) | _VIEWS | _BOOL_CALLS
-    | frozenset("sum mean max min amax amin nansum softmax where zeros ones full matmul".split())
+    frozenset(_ELEMENTWISE) | frozenset(_LIKE) | SHAPE_VIEWS | CASTS | _BOOL_CALLS
+    | words("unbind split chunk movedim swapaxes sum mean max min amax amin nansum softmax where zeros ones full matmul")
 )
 
 
@@ -838,7 +835,7 @@ def _may_alias(expr: cst.BaseExpression) -> bool:
     if isinstance(expr, (cst.Attribute, cst.Subscript)):
         return _may_alias(expr.value)
     if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
-        return expr.func.attr.value in _VIEWS and _may_alias(expr.func.value)
+        return expr.func.attr.value in ALIASING and _may_alias(expr.func.value)
     return False
 
 
@@ -920,7 +917,8 @@ class BranchToCond(BranchRecipe):
 # ---------------------------------------------------------------- if mask.any(): x = x.masked_fill(mask, v)
 
 # Calls that keep every element of an all-False mask False (views, copies, indexing).
-_MASK_VIEWS = frozenset("unsqueeze view reshape expand expand_as transpose permute flatten unflatten squeeze t contiguous detach".split())
+# Views that keep every element of the mask (not narrow/select, which drop some).
+_MASK_VIEWS = (SHAPE_VIEWS - words("narrow select view_as reshape_as")) | words("contiguous detach")
 
 
 def _is_bool(expr: cst.BaseExpression, scope: cst.CSTNode) -> bool:

@@ -41,6 +41,15 @@ import libcst as cst
 from libcst.metadata import Assignment, FunctionScope, QualifiedNameSource
 
 from gbfix.recipes.base import Decline, Recipe, Replacement, SiteContext
+from gbfix.recipes.vocabulary import (
+    CASTS,
+    ELEMENTWISE,
+    FULL_REDUCTIONS,
+    PREDICATES,
+    SHAPE_VIEWS,
+    TUPLE_WITH_DIM,
+    words,
+)
 
 _ARITH = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide, cst.Modulo, cst.Power)
 # Ops where a Python scalar operand and a 0-dim tensor give bitwise the same result for a
@@ -53,74 +62,52 @@ _SCALAR_ASSIGN_OPS = (
 )
 _BITWISE = (cst.BitAnd, cst.BitOr, cst.BitXor, cst.LeftShift, cst.RightShift)
 
-
-def _words(text: str) -> frozenset[str]:
-    return frozenset(text.split())
-
-
-# Reductions over every element when called without a dim: 0-dim results.
-_REDUCTIONS = _words(
-    "sum mean max min amax amin prod norm std var median nansum nanmean nanmedian all any count_nonzero"
-)
-# These return (values, indices) once given a dim.
-_TUPLE_WITH_DIM = _words("max min median nanmedian mode kthvalue aminmax")
-# Shape-keeping maps that always allocate.
-_ELEMENTWISE = _words(
-    "abs neg negative exp expm1 log log1p log2 log10 sqrt rsqrt sigmoid tanh relu sin cos erf reciprocal"
-    " square sign floor ceil round trunc frac clamp clip clamp_min clamp_max pow mul div add sub clone nan_to_num"
-)
-# Shape-keeping calls that may return their receiver (or a view of it).
-_CASTS = _words("float double half bfloat16 long int short byte char bool to type_as detach contiguous cpu cuda")
-_VIEWS = _words(
-    "view view_as reshape reshape_as squeeze unsqueeze flatten unflatten expand expand_as transpose permute narrow"
-    " select t"
-)
-_INT_CALLS = _words(
-    "long int short byte char bool argmax argmin argsort nonzero count_nonzero eq ne gt ge lt le isnan isinf"
-    " isfinite isneginf isposinf logical_not logical_and logical_or logical_xor bucketize searchsorted"
+# Calls with an integral (or boolean) result.
+_INT_CALLS = PREDICATES | words(
+    "long int short byte char bool argmax argmin argsort nonzero count_nonzero bucketize searchsorted"
     " bitwise_and bitwise_or bitwise_xor bitwise_not arange randint randint_like randperm one_hot"
 )
-_FLOAT_CALLS = _words(
+_FLOAT_CALLS = words(
     "float double half bfloat16 mean nanmean std var norm softmax log_softmax sigmoid tanh exp expm1 log log1p"
     " sqrt rsqrt erf sin cos rand randn rand_like randn_like linspace"
 )
 # Calls whose result keeps the dtype of their tensor receiver / first argument.
-_DTYPE_KEEP = _VIEWS | _words(
+_DTYPE_KEEP = SHAPE_VIEWS | words(
     "clone contiguous detach abs neg negative sum prod max min amax amin cumsum cumprod clamp clip clamp_min"
     " clamp_max masked_fill repeat repeat_interleave roll flip cpu cuda sign square where index_select"
     " masked_select tril triu"
 )
 # Methods whose result is a tensor when their receiver is one.
-_TENSOR_METHODS = _REDUCTIONS | _ELEMENTWISE | _CASTS | _VIEWS | _INT_CALLS | _FLOAT_CALLS | _words(
+_TENSOR_METHODS = FULL_REDUCTIONS | ELEMENTWISE | CASTS | SHAPE_VIEWS | _INT_CALLS | _FLOAT_CALLS | words(
     "masked_fill matmul bmm mm mv cumsum cumprod logsumexp where lerp masked_select index_select tril triu"
     " repeat repeat_interleave new_zeros new_ones new_full new_empty roll flip"
 )
 # Methods that no builtin, numpy array or nn.Module has: calling one shows the receiver is a tensor.
-_TENSOR_ONLY = _words(
+_TENSOR_ONLY = words(
     "abs masked_fill unsqueeze permute contiguous detach softmax log_softmax view_as expand expand_as type_as"
     " new_zeros new_ones new_full new_empty sigmoid relu rsqrt matmul bmm clamp clamp_min clamp_max unflatten"
     " amax amin masked_select index_select repeat_interleave tril triu reciprocal nan_to_num isnan isinf isfinite"
 )
 # torch.<fn> that return one tensor (others return tuples, dtypes, bools, ...).
-_TORCH_FNS = (_TENSOR_METHODS - _CASTS - _words("new_zeros new_ones new_full new_empty")) | _words(
+_TORCH_FNS = (_TENSOR_METHODS - CASTS - words("new_zeros new_ones new_full new_empty")) | words(
     "tensor as_tensor scalar_tensor zeros ones full empty rand randn randint arange linspace logspace eye"
     " zeros_like ones_like full_like empty_like rand_like randn_like randint_like cat concat concatenate"
     " stack einsum outer maximum minimum fmax fmin atan2 hypot addmm baddbmm randperm"
 )
-_LINALG_FNS = _words("norm vector_norm matrix_norm")
-_INT_DTYPES = _words("long int int64 int32 int16 int8 uint8 uint16 uint32 uint64 short bool")
-_FLOAT_DTYPES = _words("float float32 float64 double half float16 bfloat16")
-_TENSOR_ANNOTATIONS = _words("Tensor FloatTensor DoubleTensor HalfTensor BFloat16Tensor Parameter")
-_INT_ANNOTATIONS = _words("LongTensor IntTensor ShortTensor ByteTensor CharTensor BoolTensor")
+_LINALG_FNS = words("norm vector_norm matrix_norm")
+_INT_DTYPES = words("long int int64 int32 int16 int8 uint8 uint16 uint32 uint64 short bool")
+_FLOAT_DTYPES = words("float float32 float64 double half float16 bfloat16")
+_TENSOR_ANNOTATIONS = words("Tensor FloatTensor DoubleTensor HalfTensor BFloat16Tensor Parameter")
+_INT_ANNOTATIONS = words("LongTensor IntTensor ShortTensor ByteTensor CharTensor BoolTensor")
 # torch.nn layers whose forward returns one tensor.
-_TENSOR_MODULES = _words(
+_TENSOR_MODULES = words(
     "Linear Bilinear LazyLinear Conv1d Conv2d Conv3d ConvTranspose1d ConvTranspose2d ConvTranspose3d Embedding"
     " LayerNorm GroupNorm RMSNorm BatchNorm1d BatchNorm2d BatchNorm3d InstanceNorm1d InstanceNorm2d InstanceNorm3d"
     " Dropout Dropout1d Dropout2d Dropout3d Identity Flatten Unflatten ReLU GELU SiLU Mish Tanh Sigmoid Softmax"
     " LogSoftmax LeakyReLU ELU Hardswish Softplus Upsample AvgPool1d AvgPool2d AdaptiveAvgPool1d AdaptiveAvgPool2d"
 )
-_PARAMETER_CLASSES = _words("torch.nn.Parameter torch.nn.parameter.Parameter torch.nn.Buffer torch.nn.parameter.Buffer")
-_LOSSES = _words("cross_entropy nll_loss binary_cross_entropy binary_cross_entropy_with_logits kl_div")
+_PARAMETER_CLASSES = words("torch.nn.Parameter torch.nn.parameter.Parameter torch.nn.Buffer torch.nn.parameter.Buffer")
+_LOSSES = words("cross_entropy nll_loss binary_cross_entropy binary_cross_entropy_with_logits kl_div")
 # What the other operand of a use is (see ItemToTensor._feeds_tensor).
 _DIMENSIONED = "dimensioned"
 _ZERO_DIM_FLOAT = "0-dim float"
@@ -322,7 +309,7 @@ class _Facts:
                 return name in _LINALG_FNS
             if module not in ("torch", "torch.special", "torch.fft") or name not in _TORCH_FNS:
                 return False
-            return name not in _TUPLE_WITH_DIM or (len(_positional(call)) == 1 and not kws)
+            return name not in TUPLE_WITH_DIM or (len(_positional(call)) == 1 and not kws)
         if isinstance(recv, cst.Name) and recv.value == "self" and method not in _TENSOR_METHODS:
             return self._self_call_tensor(call.func)
         if isinstance(call.func, cst.Name):
@@ -330,7 +317,7 @@ class _Facts:
             return isinstance(local, cst.FunctionDef) and self._returns_tensor(local)
         if method is None or method not in _TENSOR_METHODS:
             return False
-        if method in _TUPLE_WITH_DIM and call.args:
+        if method in TUPLE_WITH_DIM and call.args:
             return False
         return method in _TENSOR_ONLY or self.tensor(recv)
 
@@ -533,18 +520,18 @@ class _Facts:
                 if not isinstance(reduction, (cst.SimpleString, type(None))):
                     return maybe  # reduction=<variable>
                 return reduction is None or reduction.evaluated_value != "none"
-            if name in _REDUCTIONS or (module == "torch.linalg" and name in _LINALG_FNS):
+            if name in FULL_REDUCTIONS or (module == "torch.linalg" and name in _LINALG_FNS):
                 return len(pos) == 1 and set(kws) <= {"dtype"}
             if name in ("tensor", "scalar_tensor", "as_tensor"):
                 return bool(pos) and self._python_number(pos[0])
             if name in ("Parameter", "Buffer"):
                 return bool(pos) and self.zero_dim(pos[0], maybe)
-            if name in _ELEMENTWISE | _CASTS and pos:
+            if name in ELEMENTWISE | CASTS and pos:
                 return self.zero_dim(pos[0], maybe)
             return False
-        if method in _REDUCTIONS:
+        if method in FULL_REDUCTIONS:
             return not pos and set(kws) <= {"dtype"}
-        if method in _ELEMENTWISE | _CASTS:
+        if method in ELEMENTWISE | CASTS:
             return self.zero_dim(recv, maybe)
         return False
 
@@ -576,10 +563,10 @@ class _Facts:
         recv, method, fn = self.callee(e)
         if fn is not None:
             module, name = self._torch_fn(fn)
-            return module == "torch" and name in (_REDUCTIONS | _ELEMENTWISE) and bool(_positional(e))
-        if method in _CASTS | _VIEWS:
+            return module == "torch" and name in (FULL_REDUCTIONS | ELEMENTWISE) and bool(_positional(e))
+        if method in CASTS | SHAPE_VIEWS:
             return self.fresh(recv)
-        return method in _REDUCTIONS | _ELEMENTWISE | _INT_CALLS | _FLOAT_CALLS
+        return method in FULL_REDUCTIONS | ELEMENTWISE | _INT_CALLS | _FLOAT_CALLS
 
     def pure(self, node: cst.CSTNode) -> bool:
         """Runs no code that could mutate a tensor in place: only torch functions and tensor

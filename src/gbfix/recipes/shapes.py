@@ -55,6 +55,7 @@ from libcst.metadata import Assignment, QualifiedNameSource
 from gbfix.recipes.analysis import call_at, is_module_global, qualified_names
 from gbfix.recipes.base import Recipe, Replacement, SiteContext
 from gbfix.recipes.tree import walk
+from gbfix.recipes.vocabulary import CASTS, ELEMENTWISE, PREDICATES
 
 
 def imported_name(ctx: SiteContext, func: cst.BaseExpression) -> str | None:
@@ -258,13 +259,10 @@ class OneHotNumClasses(Recipe):
 _COMPARE = (cst.LessThan, cst.GreaterThan, cst.LessThanEqual, cst.GreaterThanEqual, cst.Equal, cst.NotEqual)
 _BITWISE = (cst.BitAnd, cst.BitOr, cst.BitXor)
 # Predicates: a boolean tensor shaped like the receiver (the comparisons broadcast with their argument).
-_BOOL_METHODS = frozenset(
-    "isnan isinf isfinite isneginf isposinf isreal bool logical_not logical_and logical_or logical_xor"
-    " eq ne gt ge lt le greater greater_equal less less_equal".split()
-)
+_BOOL_METHODS = PREDICATES | {"bool"}
 _BOOL_FNS = frozenset(f"torch.{n}" for n in _BOOL_METHODS - {"bool"})
 # Methods that keep their receiver's shape (and take no argument here).
-_SHAPE_KEEPING = frozenset("abs neg detach float double half bfloat16 sigmoid exp log sign".split())
+_SHAPE_KEEPING = ELEMENTWISE | CASTS
 # Side-effect-free methods a mask may call; their results may be read twice.
 _PURE_METHODS = _BOOL_METHODS | _SHAPE_KEEPING | frozenset(
     "sum mean std var amax amin max min norm clamp clamp_min clamp_max unsqueeze view reshape".split()

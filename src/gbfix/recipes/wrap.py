@@ -106,15 +106,9 @@ from libcst.metadata import BuiltinAssignment
 from gbfix.recipes.analysis import global_bindings, qualified_names
 from gbfix.recipes.base import Decline, Recipe, Replacement, SiteContext
 from gbfix.recipes.tree import nodes, variables
+from gbfix.recipes.vocabulary import ALIASING
 from gbfix.records import ObservedCall, ValueSpec
 
-# Methods whose result may share memory with their receiver.
-_VIEWS = frozenset(
-    "view view_as reshape reshape_as flatten unflatten squeeze unsqueeze t transpose permute expand expand_as"
-    " narrow select unbind split chunk tensor_split detach contiguous to type float double half bfloat16 int"
-    " long bool cpu cuda as_strided diagonal movedim moveaxis swapaxes swapdims unfold view_as_real"
-    " view_as_complex broadcast_to numpy".split()
-)
 # Methods that change their receiver (besides the in-place ``*_`` ones).
 _MUTATING = frozenset(
     "append extend insert pop remove clear update setdefault popitem"
@@ -795,7 +789,7 @@ class _Flow:
         while True:
             if isinstance(expr, (cst.Attribute, cst.Subscript)):  # `self.cache`, `x.T`, `x[0]`
                 expr = expr.value
-            elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _VIEWS:
+            elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in ALIASING:
                 receiver = self.root(expr.func.value)
                 if receiver not in self.modules:
                     return receiver
