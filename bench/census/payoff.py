@@ -34,26 +34,42 @@ sys.path.insert(0, str(HERE))
 import run as census_run  # noqa: E402
 
 
-def edited_site(prog: census_run.Prog, tag: str) -> Path | None:
+def edited_copies(prog: census_run.Prog, tag: str) -> tuple[Path | None, Path | None] | None:
+    """The edited package (a site folder to put first on PYTHONPATH, None when gbfix edited only
+    the program) and the edited programs folder (None when it edited only the package)."""
     src = census_run.EDITED / tag / f"{prog.env}__{prog.name}"
     if not src.exists():
         return None
-    site = census_run.SCRATCH / "payoff" / f"{prog.env}__{prog.name}" / "site"
-    shutil.rmtree(site.parent, ignore_errors=True)
-    site.mkdir(parents=True)
-    subprocess.run(["cp", "-al", str(prog.site / prog.package), str(site / prog.package)], check=True)
-    for f in src.rglob("*"):
-        if f.is_file():
-            dst = site / f.relative_to(src)
-            dst.unlink()  # a hard link to the install: replace it, never write through it
-            shutil.copyfile(f, dst)
-    return site
+    root = census_run.SCRATCH / "payoff" / tag / f"{prog.env}__{prog.name}"
+    shutil.rmtree(root, ignore_errors=True)
+    site = programs = None
+    for f in sorted(src.rglob("*")):
+        if not f.is_file():
+            continue
+        rel = f.relative_to(src)
+        if rel.parts[0] == "programs":
+            if programs is None:
+                programs = root / "programs"
+                shutil.copytree(census_run.PROGRAMS_DIR, programs, ignore=shutil.ignore_patterns("__pycache__"))
+            dst = root / rel
+        else:
+            if site is None:
+                site = root / "site"
+                site.mkdir(parents=True)
+                subprocess.run(["cp", "-al", str(prog.site / prog.package), str(site / prog.package)], check=True)
+            dst = site / rel
+            dst.unlink(missing_ok=True)  # a hard link to the install: replace it, never write through it
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(f, dst)
+    return site, programs
 
 
-def measure(prog: census_run.Prog, site: Path | None, calls: int) -> dict:
+def measure(prog: census_run.Prog, copies: tuple[Path | None, Path | None], calls: int) -> dict:
+    site, programs = copies
     with tempfile.TemporaryDirectory(prefix="census-payoff-") as tmp:
         out = Path(tmp) / "out.json"
         env = census_run._env(prog.env, str(site) if site else None, CENSUS_BACKEND="inductor",
+                              CENSUS_PROGRAMS=str(programs) if programs else "",
                               TORCHINDUCTOR_CACHE_DIR=str(Path(tmp) / "inductor"))
         t0 = time.monotonic()
         p = subprocess.run([str(prog.python), str(HERE / "payoff_child.py"), prog.table, prog.name, str(calls), str(out)],
@@ -93,13 +109,13 @@ def main() -> None:
         todo.append(census_run.Prog(r["env"], r["table"], r["program"].split("/", 1)[1], r["package"]))
     if args.limit:
         todo = todo[: args.limit]
-    if tag.startswith("user"):
-        sys.exit("payoff of user-side edits is not wired yet: the edited program file would replace programs/TABLE.py")
     print(f"{len(todo)} programs changed by gbfix; inductor, {args.calls} calls, {args.repeats} repeat(s)", file=sys.stderr)
     for prog in todo:
-        site = edited_site(prog, tag)
+        copies = edited_copies(prog, tag)
+        if copies is None:
+            continue
         res = {}
-        for variant, where in (("original", None), ("edited", site)):
+        for variant, where in (("original", (None, None)), ("edited", copies)):
             best = None
             for _ in range(args.repeats):
                 m = measure(prog, where, args.calls)

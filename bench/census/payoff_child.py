@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE / "programs"))
+sys.path.insert(0, os.environ.get("CENSUS_PROGRAMS") or str(HERE / "programs"))  # payoff.py: an edited copy
 
 import census  # noqa: E402
 import torch  # noqa: E402

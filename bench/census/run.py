@@ -18,11 +18,13 @@ Per program (``ENV/NAME``; the programs are in programs/, one table module per p
    ``.scratch/ENV/NAME/site/``, which goes first on ``PYTHONPATH``; gbfix writes a file by
    temp file + rename, so an edited file gets a new inode and the install is never changed
    (checked: the install's bytes are hashed before and after, ``install_unchanged``).
-   With ``--user-side`` the copy is of programs/ instead, and gbfix's target is only the
-   program's table file: the installed package must stay byte-identical.
+   programs/ is copied too, and the program's table file (the entry script) is a target in
+   both modes: a process-wide Dynamo setting goes only into the entry, never into a module
+   others import. With ``--user-side`` that file is the only target: the installed package
+   must stay byte-identical.
 3. ``gbfix --apply --no-cache --output-format json`` targets the whole copied package (so a
-   break in a shared module, e.g. transformers/utils/output_capturing.py, is in its reach);
-   its wall time is ``gbfix_s``.
+   break in a shared module, e.g. transformers/utils/output_capturing.py, is in its reach)
+   and the entry script; its wall time is ``gbfix_s``.
 4. ``after``: the edited copy runs once more with ``TORCH_LOGS=graph_breaks``: its sites are
    counted the same way, independently of gbfix's own report. ``output``: ``identical`` when the
    digest on stdout is byte-identical, ``close`` when only torch.testing.assert_close holds on
@@ -329,9 +331,10 @@ def cached_before(prog: Prog, script: Path, dump: Path) -> dict:
     return r
 
 
-def save_edits(prog: Prog, mode: str, unsafe: bool, written: list[str], work: Path, target: Path) -> None:
+def save_edits(prog: Prog, mode: str, unsafe: bool, written: list[str], work: Path) -> None:
     """Keep what gbfix wrote: a patch under results/ (committed) and the edited files under
-    .scratch/edited/ (payoff.py rebuilds the edited copy from them)."""
+    .scratch/edited/ (payoff.py rebuilds the edited copies from them): package files by their
+    path in site-packages, the program's files under programs/."""
     import difflib
 
     tag = mode + ("-unsafe" if unsafe else "")
@@ -339,17 +342,17 @@ def save_edits(prog: Prog, mode: str, unsafe: bool, written: list[str], work: Pa
     shutil.rmtree(keep, ignore_errors=True)
     patch = []
     for w in written:
-        p = Path(w) if Path(w).is_absolute() else REPO / w
-        if mode == "package":
-            rel = p.resolve().relative_to((work / "site").resolve())
+        p = (Path(w) if Path(w).is_absolute() else REPO / w).resolve()
+        if p.is_relative_to((work / "site").resolve()):
+            rel = p.relative_to((work / "site").resolve())
             orig = prog.site / rel
         else:
-            rel = Path("programs") / p.resolve().relative_to(target.parent.resolve())
-            orig = PROGRAMS_DIR / p.name
+            rel = Path("programs") / p.relative_to((work / "programs").resolve())
+            orig = HERE / rel
         (keep / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(p, keep / rel)
-        patch += difflib.unified_diff(orig.read_text().splitlines(True), p.read_text().splitlines(True),
-                                      f"a/{rel}", f"b/{rel}")
+        before = orig.read_text().splitlines(True) if orig.exists() else []  # a file gbfix added
+        patch += difflib.unified_diff(before, p.read_text().splitlines(True), f"a/{rel}", f"b/{rel}")
     pfile = RESULTS / tag / f"{prog.env}__{prog.name}.patch"
     if patch:
         pfile.parent.mkdir(parents=True, exist_ok=True)
@@ -387,24 +390,25 @@ def run_program(prog: Prog, mode: str, unsafe: bool, log) -> dict:
         res.update(status="no breaks")
         return res
 
-    # the copy gbfix may edit
+    # the copies gbfix may edit: the program's entry script (a copy) in both modes, since a
+    # process-wide Dynamo setting goes only there, never into a module others import; in package
+    # mode also the package (a copy put first on PYTHONPATH)
+    prog_copy = work / "programs"
+    shutil.copytree(PROGRAMS_DIR, prog_copy, ignore=shutil.ignore_patterns("__pycache__"))
+    entry_script = prog_copy / f"{prog.table}.py"
+    targets = [entry_script]
     if mode == "package":
         site_copy = work / "site"
         site_copy.mkdir()
         subprocess.run(["cp", "-al", str(pkg_dir), str(site_copy / prog.package)], check=True)
         pythonpath = str(site_copy)
-        target = site_copy / prog.package
-        entry_script = script
-        roots_after = [site_copy, prog.site]
+        targets.insert(0, site_copy / prog.package)
+        roots_after = [site_copy, prog.site, work]
     else:
-        prog_copy = work / "programs"
-        shutil.copytree(PROGRAMS_DIR, prog_copy, ignore=shutil.ignore_patterns("__pycache__"))
         pythonpath = None
-        target = prog_copy / f"{prog.table}.py"
-        entry_script = target
         roots_after = [prog.site, work]
     cmd = [str(prog.python), "-m", "gbfix", "--apply", "--no-cache", "--output-format", "json", "-q",
-           "--timeout", str(RUN_TIMEOUT), "--entry", f"python {entry_script} {prog.name}", str(target)]
+           "--timeout", str(RUN_TIMEOUT), "--entry", f"python {entry_script} {prog.name}", *map(str, targets)]
     if unsafe:
         cmd.append("--unsafe-fixes")
     t0 = time.monotonic()
@@ -441,7 +445,7 @@ def run_program(prog: Prog, mode: str, unsafe: bool, log) -> dict:
                              "detail": f.get("detail"), "message": (f.get("message") or "")[:300],
                              "key": f"{rel}::{qn}::{f.get('code')}"})
     res["gbfix_findings"] = findings
-    save_edits(prog, mode, unsafe, res.get("written") or [], work, target)
+    save_edits(prog, mode, unsafe, res.get("written") or [], work)
 
     if not res.get("written"):
         # nothing written: the copy is byte-identical to the install, so its run is the original's
