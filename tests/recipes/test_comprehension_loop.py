@@ -75,8 +75,7 @@ def test_the_other_comprehensions_own_names_do_not_clash():
     [
         ("k = 0\n        wanted = {k: 1 for k in flags}", "wanted"),  # the loop would rebind the function's k
         ("wanted = {k: 1 for k in flags}", "(wanted, k)"),  # k is a global read after the comprehension
-        ("wanted = {k: wanted for k in flags}", "wanted"),  # reads the old value of the name it assigns
-        ("wanted = {k: 1 for k in flags}\n        show = lambda: wanted", "wanted"),  # a closure could see a partial result
+        ("new_wanted = 1\n        wanted = [wanted[k] for k in flags]", "(wanted, new_wanted)"),  # no free name to build it under
         ("wanted = {k: 1 for k in flags}", "locals()"),  # the loop's name would show in locals()
         ("self.wanted = {k: 1 for k in flags}", "self.wanted"),  # not a plain name
         ("wanted = sorted(k for k in flags)", "wanted"),  # a generator: another break, another fix
@@ -86,16 +85,39 @@ def test_declines_what_a_loop_would_change(stmt, result):
     assert _fix(stmt, result=result, needle=stmt.split("\n")[-1] if "\n" in stmt else None) is None
 
 
-def test_declines_inside_try_with_or_a_class_body():
-    in_try = """
-    def f(flags):
-        try:
-            wanted = {k: int(v) for k, v in flags.items()}
-        except ValueError:
-            pass
-        return wanted
+@pytest.mark.parametrize(
+    "stmt, body",
+    [
+        # reads the old value of the name it assigns (a permutation of a list)
+        ("wanted = [wanted[k] for k in flags]", "new_wanted.append(wanted[k])"),
+        ("wanted = {k: wanted for k in flags}", "new_wanted[k] = wanted"),
+        # a closure could see a partial result
+        ("wanted = {k: 1 for k in flags}\n        show = lambda: wanted", "new_wanted[k] = 1"),
+    ],
+)
+def test_a_name_that_must_not_see_a_partial_result_is_bound_once_the_loop_is_done(stmt, body):
+    lines = _new_lines(stmt)
+    assert lines[0] == ("new_wanted = []" if stmt.startswith("wanted = [") else "new_wanted = {}")
+    assert lines[-2:] == [body, "wanted = new_wanted"]
+
+
+def test_inside_try_or_with_the_name_is_bound_once_the_loop_is_done():
+    for head, tail in (("try:", "except ValueError:\n            pass"), ("with lock:", "")):
+        src = f"""
+    def f(flags, lock, in_args, order):
+        {head}
+            in_args = [in_args[i] for i in order]
+        {tail}
+        return in_args
     """
-    assert rewrite_line(in_try, ComprehensionLoop, "wanted = {", "GB4347") is None
+        out = rewrite_line(src, ComprehensionLoop, "in_args = [", "GB4347")
+        assert out is not None and changed(src, out) == [
+            "new_in_args = []", "for i in order:", "new_in_args.append(in_args[i])", "in_args = new_in_args",
+        ], out
+        compile(out, "f.py", "exec")
+
+
+def test_declines_in_a_class_body():
     in_class = """
     class Config:
         flags = {"a": 1}

@@ -22,10 +22,21 @@ name or a literal; else ``keys.update({K: V})``). What the comprehension kept
 to itself must stay unseen: the loop's names must be new to the function (read
 nowhere else in it, except in comprehensions that bind them), the assigned name
 must not be read in the comprehension, global, nonlocal or read by a nested
-function, and the statement must not sit in a ``try`` or ``with`` block (an
-exception raised halfway would leave the name bound to a partial result where
-the comprehension left it as it was). Only an assignment to a plain name in a
-function body is rewritten.
+function. Only an assignment to a plain name in a function body is rewritten.
+
+Where the name must not see a partial result, the loop fills a new list under a
+name of its own and the name is bound once the loop is done, as the comprehension
+binds it: when the statement sits in a ``try`` or ``with`` block (an exception
+raised halfway must leave the name as it was), when the comprehension reads the
+name itself (``order = [order[i] for i in perm]``), or when a nested function
+reads it::
+
+    in_args = [in_args[i] for i in order]
+
+    new_in_args = []
+    for i in order:
+        new_in_args.append(in_args[i])
+    in_args = new_in_args
 """
 
 from __future__ import annotations
@@ -64,17 +75,19 @@ class ComprehensionLoop(Recipe):
             raise Decline("the comprehension is not in a function body (a class body scopes its names differently)")
         if any(f.asynchronous is not None for f in _fors(comp)):
             raise Decline("an async comprehension")
-        for anc in ctx.ancestors(stmt):
-            if anc is fn:
-                break
-            if isinstance(anc, (cst.Try, cst.TryStar, cst.With)):
-                raise Decline("the statement is in a try or with block, which would see a partial result")
-        _check_names(ctx, fn, comp, assign.targets[0].target.value)
+        result = assign.targets[0].target.value
+        guarded = any(isinstance(a, (cst.Try, cst.TryStar, cst.With)) for a in _until(ctx.ancestors(stmt), fn))
+        staged = guarded or _sees_partial(fn, comp, result)
+        self._staging = _staging_name(ctx, result) if staged else None
+        if staged and self._staging is None:
+            raise Decline(f"`{result}` must not see a partial result, and no free name is left to build it under")
+        _check_names(ctx, fn, comp, result, staged=self._staging is not None)
         return stmt
 
     def rewrite(self, node: cst.CSTNode) -> cst.CSTNode | cst.FlattenSentinel:
         assert isinstance(node, cst.SimpleStatementLine) and isinstance(node.body[0], cst.Assign)
-        target = node.body[0].targets[0].target
+        result = node.body[0].targets[0].target
+        target = cst.Name(self._staging) if self._staging else result
         comp = node.body[0].value
         empty = {cst.DictComp: "{}", cst.ListComp: "[]", cst.SetComp: "set()"}[type(comp)]
         if isinstance(comp, cst.DictComp):
@@ -90,8 +103,33 @@ class ComprehensionLoop(Recipe):
             for cond in reversed(clause.ifs):
                 body = cst.If(cond.test, cst.IndentedBlock([body]))
             body = cst.For(clause.target, clause.iter, cst.IndentedBlock([body]))
-        first = node.with_changes(body=[node.body[0].with_changes(value=cst.parse_expression(empty))])
-        return cst.FlattenSentinel([first, body])
+        assign = node.body[0]
+        first = node.with_changes(body=[assign.with_changes(targets=[cst.AssignTarget(target)], value=cst.parse_expression(empty))])
+        if not self._staging:
+            return cst.FlattenSentinel([first, body])
+        bind = _stmt(cst.Assign([cst.AssignTarget(result)], target))
+        return cst.FlattenSentinel([first.with_changes(trailing_whitespace=cst.TrailingWhitespace()), body, bind.with_changes(trailing_whitespace=node.trailing_whitespace)])
+
+
+def _until(ancestors, fn: cst.CSTNode):
+    for anc in ancestors:
+        if anc is fn:
+            return
+        yield anc
+
+
+def _sees_partial(fn: cst.FunctionDef, comp: cst.BaseComp, result: str) -> bool:
+    """The comprehension, or a function nested in ``fn``, reads the name the result goes to."""
+    if any(n.value == result for n in variables(comp)):
+        return True
+    return any(inner is not fn and any(n.value == result for n in variables(inner)) for inner in nodes(fn, (cst.FunctionDef, cst.Lambda)))
+
+
+def _staging_name(ctx: SiteContext, result: str) -> str | None:
+    """A name for the list the loop fills, used nowhere in the file."""
+    taken = {n.value for n in nodes(ctx.module, cst.Name)}
+    name = f"new_{result.lstrip('_')}"
+    return None if name in taken else name
 
 
 def _only_comprehension(node: cst.CSTNode) -> cst.CSTNode | None:
@@ -116,9 +154,9 @@ def _call(target: cst.Name, method: str, arg: cst.BaseExpression) -> cst.Call:
     return cst.Call(cst.Attribute(target, cst.Name(method)), [cst.Arg(arg)])
 
 
-def _check_names(ctx: SiteContext, fn: cst.FunctionDef, comp: cst.BaseComp, result: str) -> None:
+def _check_names(ctx: SiteContext, fn: cst.FunctionDef, comp: cst.BaseComp, result: str, staged: bool) -> None:
     """Decline unless the loop's names and the result's name behave as they did
-    once the comprehension's own scope is gone."""
+    once the comprehension's own scope is gone (``staged``: the result is bound once, at the end)."""
     scopes = ctx.file.scopes
     own = scopes.get(comp)
     if not isinstance(own, FunctionScope):
@@ -129,7 +167,9 @@ def _check_names(ctx: SiteContext, fn: cst.FunctionDef, comp: cst.BaseComp, resu
             if isinstance(n, (cst.Attribute, cst.Subscript, cst.StarredElement)):
                 raise Decline("a loop target that is not plain names")
         bound |= {n.value for n in nodes(clause.target, cst.Name)}
-    if result in bound or any(n.value == result for n in variables(comp)):
+    if result in bound:
+        raise Decline(f"the loop binds `{result}`, the name its result goes to")
+    if not staged and any(n.value == result for n in variables(comp)):
         raise Decline(f"the comprehension reads `{result}`, which the loop would bind before it ends")
     inside = {id(n) for n in nodes(comp, cst.Name)}
     for n in variables(fn):
@@ -140,7 +180,7 @@ def _check_names(ctx: SiteContext, fn: cst.FunctionDef, comp: cst.BaseComp, resu
         if n.value in bound and _reaches(scopes, n, own):
             raise Decline(f"`{n.value}` is used elsewhere in {fn.name.value}: the loop would rebind it")
     for inner in nodes(fn, (cst.FunctionDef, cst.Lambda)):
-        if inner is not fn and any(n.value == result for n in variables(inner)):
+        if not staged and inner is not fn and any(n.value == result for n in variables(inner)):
             raise Decline(f"`{result}` is read by a nested function, which could see a partial result")
     for stmt in nodes(fn, (cst.Global, cst.Nonlocal)):
         if any(a.name.value in bound | {result} for a in stmt.names):
