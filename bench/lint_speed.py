@@ -19,14 +19,16 @@ Each case is `python -m gbfix lint ...` in a fresh process (Python's start-up in
 with gbfix's cache folder emptied for a "cold" run; the files themselves are in the OS's
 page cache (just written). Cases: one model file cold, warm (unchanged), and after an
 edit to it (the pre-commit case: the compile calls whose code read it are followed again),
-then the whole tree cold and warm. Prints the median wall time of each and files/second
-(the project's files over the time).
+then the whole tree cold and warm. Prints the median wall and CPU time of each (on a
+shared machine the wall time stretches with the load; the CPU time is close to what an
+idle machine's wall time would be) and files/second (the project's files over the CPU time).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -194,15 +196,20 @@ def commit(root: Path) -> int:
     return len(out.splitlines())
 
 
-def timed(root: Path, cache: Path, *args: str) -> tuple[float, str]:
+def timed(root: Path, cache: Path, *args: str) -> tuple[float, float, str]:
+    """Wall time, CPU time (user + system: what an idle machine's wall time would be, near
+    enough; a shared machine stretches the wall time) and the summary line."""
     env = {**os.environ, "GBFIX_CACHE_DIR": str(cache), "PYTHONPATH": str(REPO / "src")}
     env.pop("GBFIX_NO_CACHE", None)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "gbfix", "lint", *args], cwd=root, env=env, capture_output=True, text=True, check=False)
     took = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode not in (0, 1):
         raise SystemExit(f"gbfix lint {' '.join(args)} failed:\n{proc.stderr}")
-    return took, proc.stderr.strip().splitlines()[-1]
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return took, cpu, proc.stderr.strip().splitlines()[-1]
 
 
 def edit(path: Path, n: int) -> None:
@@ -213,24 +220,24 @@ def edit(path: Path, n: int) -> None:
     os.utime(path, (past, past))
 
 
-def measure(name: str, root: Path, model: Path, rounds: int) -> list[tuple[str, str, float, str]]:
+def measure(name: str, root: Path, model: Path, rounds: int) -> list[tuple[str, str, float, float, str]]:
     rel = str(model.relative_to(root))
     cache = root.parent / f"{name}-cache"
-    times: dict[str, list[float]] = {k: [] for k in ("one file, cold", "one file, warm", "one file, edited", "whole tree, cold", "whole tree, warm")}
-    said: dict[str, str] = {}
+    cases = ("one file, cold", "one file, warm", "one file, edited", "whole tree, cold", "whole tree, warm")
+    runs: dict[str, list[tuple[float, float, str]]] = {k: [] for k in cases}
     for r in range(rounds):
         shutil.rmtree(cache, ignore_errors=True)
-        for case, args in (("one file, cold", (rel,)), ("one file, warm", (rel,))):
-            t, said[case] = timed(root, cache, *args)
-            times[case].append(t)
+        runs["one file, cold"].append(timed(root, cache, rel))
+        runs["one file, warm"].append(timed(root, cache, rel))
         edit(model, r)
-        t, said["one file, edited"] = timed(root, cache, rel)
-        times["one file, edited"].append(t)
+        runs["one file, edited"].append(timed(root, cache, rel))
         shutil.rmtree(cache, ignore_errors=True)
-        for case in ("whole tree, cold", "whole tree, warm"):
-            t, said[case] = timed(root, cache, ".")
-            times[case].append(t)
-    return [(name, case, statistics.median(ts), said[case]) for case, ts in times.items()]
+        runs["whole tree, cold"].append(timed(root, cache, "."))
+        runs["whole tree, warm"].append(timed(root, cache, "."))
+    return [
+        (name, case, statistics.median(w for w, _, _ in rs), statistics.median(c for _, c, _ in rs), rs[-1][2])
+        for case, rs in runs.items()
+    ]
 
 
 def main() -> int:
@@ -253,17 +260,21 @@ def main() -> int:
             files = commit(root)
             print(f"{name}: {files} files, {sum(p.stat().st_size for p in root.rglob('*.py')) / 1e6:.1f} MB", file=sys.stderr)
             rows += [(files, *row) for row in measure(name, root, model, args.rounds)]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         subprocess.run([sys.executable, "-m", "gbfix", "lint", "--help"], capture_output=True, check=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
         startup = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        startup_cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
-    print(f"| project | files | case | seconds (median of {args.rounds}) | files/s | summary |")
-    print("|---|---|---|---|---|---|")
-    for files, name, case, took, said in rows:
-        print(f"| {name} | {files} | {case} | {took:.2f} | {files / took:.0f} | {said} |")
-    print(f"\nPython start-up and gbfix's imports (`gbfix lint --help`): {startup:.2f} s")
+    print(f"Medians of {args.rounds} rounds; load average {os.getloadavg()[0]:.1f} at the end.\n")
+    print("| project | files | case | wall s | CPU s | files/s (CPU) | summary |")
+    print("|---|---|---|---|---|---|---|")
+    for files, name, case, took, cpu, said in rows:
+        print(f"| {name} | {files} | {case} | {took:.2f} | {cpu:.2f} | {files / cpu:.0f} | {said} |")
+    print(f"\nPython start-up and gbfix's imports (`gbfix lint --help`): {startup:.2f} s wall, {startup_cpu:.2f} s CPU")
     return 0
 
 
