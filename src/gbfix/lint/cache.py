@@ -26,9 +26,12 @@ _RACY_NS = 2_000_000_000  # a file changed this recently may change again within
 
 
 class LintCache:
+    """One project's cache, read when lint starts and written back (if changed) when it ends."""
+
     def __init__(self, path: Path | None, files: tuple[Path, ...]):
         self._path = path
-        self._digest = hashlib.sha256("\0".join(sorted(map(str, files))).encode()).hexdigest()
+        self._names = {str(f) for f in files}
+        self._digest = hashlib.sha256("\0".join(sorted(self._names)).encode()).hexdigest()
         self._files: dict[str, list] = {}  # path -> [mtime_ns, size, facts]
         self._reaches: dict[str, dict] = {}  # path of the compiling file -> {"digest", "stats", "reach"}
         self._changed = False
@@ -128,14 +131,20 @@ class LintCache:
         """Write the cache back if anything changed (atomically: a reader sees the old or the new)."""
         if self._path is None or not self._changed:
             return
+        # entries of files no longer in the project go (renamed, deleted): the cache does not grow
+        files = {k: v for k, v in self._files.items() if k in self._names}
+        reaches = {k: v for k, v in self._reaches.items() if k in self._names}
         try:
             self._path.parent.mkdir(mode=0o700, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self._path.parent, prefix=".", suffix=".tmp")
+        except OSError:
+            return  # a cache that cannot be written only costs time
+        try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump({"format": FORMAT, "files": self._files, "reaches": self._reaches}, f, separators=(",", ":"))
+                json.dump({"format": FORMAT, "files": files, "reaches": reaches}, f, separators=(",", ":"))
             os.replace(tmp, self._path)
         except OSError:
-            pass  # a cache that cannot be written only costs time
+            Path(tmp).unlink(missing_ok=True)
 
 
 def _racy(st: os.stat_result) -> bool:
