@@ -40,9 +40,10 @@ _CONFIG_ROUTES = {
     "capture_dynamic_output_shape_ops": ("GB0036",),
     "allow_rnn": ("GB0014",),
 }
+_EVERY_CODE = Filter()
 
 
-def lint(paths: list[Path], cwd: Path | None = None, selection: Filter = Filter()) -> Report:
+def lint(paths: list[Path], cwd: Path | None = None, selection: Filter = _EVERY_CODE) -> Report:
     """Likely breaks in ``paths``: those ``selection`` selects, less the ``# gbfix: ignore``d (counted)."""
     cwd = (cwd or Path.cwd()).resolve()
     given = _files(paths)

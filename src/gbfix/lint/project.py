@@ -486,9 +486,7 @@ class Project:
         elif isinstance(e, ast.Dict):
             for x in e.values:
                 out |= self.classes_of(x, scope)
-        elif isinstance(e, ast.DictComp):
-            out |= self.classes_of(e.value, scope)
-        elif isinstance(e, (ast.Starred, ast.Subscript, ast.NamedExpr)):
+        elif isinstance(e, (ast.DictComp, ast.Starred, ast.Subscript, ast.NamedExpr)):
             out |= self.classes_of(e.value, scope)
         elif isinstance(e, ast.IfExp):
             out |= self.classes_of(e.body, scope) | self.classes_of(e.orelse, scope)
