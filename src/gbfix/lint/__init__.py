@@ -81,10 +81,13 @@ def lint(paths: list[Path], cwd: Path | None = None, selection: Filter = _EVERY_
     # process-wide Dynamo options set in the project make some patterns traceable
     options = {o for p, f in facts.items() if f.mentions_config for o in parsed(p).config}
     silenced = {c for option, codes in _CONFIG_ROUTES.items() if option in options for c in codes}
-    seen = dict.fromkeys((c.label, c.path, c.line) for r in reaches for c in r.regions)
+    # the regions counted are those whose code reaches the files given, not every one in the project
+    inside = set(given)
+    reaching = {(i, x.region) for i, r in enumerate(reaches) for x in r.reached if Path(x.path) in inside}
+    seen = dict.fromkeys((c.label, c.path, c.line) for i, r in enumerate(reaches) for c in r.regions if (i, c.label) in reaching)
     marked = ", assumed" if report.assumed else ""
     report.regions = [f"{name} ({display(Path(path), cwd)}:{line}{marked})" for name, path, line in seen]
-    found, report.suppressed = findings(reaches, set(given), project, silenced, selection, report.assumed)
+    found, report.suppressed = findings(reaches, inside, project, silenced, selection, report.assumed)
     report.findings = sorted(report.findings + found)
     for path in list(parses.done):  # what the parses found, for the next run
         if path in facts:

@@ -29,7 +29,7 @@ class Report:
     findings: list[Finding] = field(default_factory=list)
     files: int = 0  # the files given, the only ones findings are reported in
     project_files: int = 0  # the files searched for compile calls (the given ones included)
-    regions: list[str] = field(default_factory=list)  # "Net.forward (train.py:12)"
+    regions: list[str] = field(default_factory=list)  # "Net.forward (train.py:12)": those reaching the files given
     assumed: bool = False  # no compile call anywhere: the regions are nn.Module forwards
     suppressed: int = 0  # findings a `# gbfix: ignore` comment silenced (not listed)
 
