@@ -2,16 +2,19 @@
 
 Dynamo reports a break in two places, both private and gated here:
 - ``InstructionTranslatorBase.log_graph_break`` sees every tracing-time break,
-  before Dynamo's duplicate suppression;
+  before Dynamo's duplicate suppression (hooked where it takes the exception,
+  ``(code_options, reason, exc)``: torch 2.11 and later);
 - ``convert_frame.log`` gets the "WON'T CONVERT" message of every frame Dynamo
   gives up on, the only place where e.g. GB0003 (generator) and GB0039
   (recompile limit) surface.
-If neither exists (a torch that moved them), the graph_breaks artifact log is
+Where the first is missing or has another signature (torch 2.10: ``(code_options,
+reason, user_stack)``; 2.9: a module function), the graph_breaks artifact log is
 parsed instead, which gives lines but no columns.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import re
 import sys
@@ -183,7 +186,10 @@ def install(recorder: BreakRecorder) -> None:
         from torch._dynamo.symbolic_convert import InstructionTranslatorBase
 
         original = InstructionTranslatorBase.log_graph_break
-    except (ImportError, AttributeError):
+        takes_exc = list(inspect.signature(original).parameters)[1:4] == ["code_options", "reason", "exc"]
+    except (ImportError, AttributeError, TypeError, ValueError):
+        takes_exc = False
+    if not takes_exc:
         _install_log_fallback(recorder)
         return
 
