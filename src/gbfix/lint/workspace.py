@@ -5,7 +5,8 @@ a model file's code compiled is usually in another file (``train.py``). So lint 
 the whole project for compiled regions and reports only in the files it was given. The
 project of a file is, in order: the ``targets`` of the nearest ``[tool.gbfix]``, the git
 work tree holding it (tracked files and untracked ones git does not ignore), else its
-folder (the top of its package, when it is in one).
+folder (the one holding its top package, when it is in one; an installed package's own
+folder, not all of site-packages).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gbfix.config import find_config
-from gbfix.sources import python_files
+from gbfix.sources import SKIP_DIRS, python_files
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,8 @@ def _project(folder: Path) -> tuple[Path, tuple[Path, ...]]:
         listed = _git_files(git)
         return git, listed if listed is not None else tuple(python_files(git))
     top = folder
-    while (top / "__init__.py").is_file() and top.parent != top:
+    # up to the folder holding the top package, but not into site-packages and the like
+    while (top / "__init__.py").is_file() and top.parent != top and top.parent.name not in SKIP_DIRS:
         top = top.parent
     return top, tuple(python_files(top))
 
