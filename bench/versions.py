@@ -1,8 +1,10 @@
 """gbfix on several torch releases: one venv per release, the README's example and a test subset.
 
-    python bench/versions.py                              # 2.9.1, 2.13.0 (CI's), 2.15.0
+    python bench/versions.py                              # 2.13.0 (CI's), 2.14.1, 2.15.0
+    python bench/versions.py --versions 2.9.1 2.10.0 2.11.0 2.12.1
     python bench/versions.py --versions 2.15.0 --no-tests
-    python bench/versions.py --json bench/.venvs/versions.json
+    python bench/versions.py --json out.json              # also keep the results
+    python bench/versions.py --from-json a.json b.json    # the table of earlier runs
 
 For each release it
 - makes `bench/.venvs/torch-X.Y.Z` (git-ignored) unless it already holds that torch, installs
@@ -37,15 +39,15 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 VENVS = REPO / "bench" / ".venvs"
-# The oldest release the README claims, CI's, and the newest release.
-VERSIONS = ["2.9.1", "2.13.0", "2.15.0"]
+# The supported range (docs/versions.md): its oldest release, also CI's, to the newest.
+VERSIONS = ["2.13.0", "2.14.1", "2.15.0"]
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 EXAMPLE = ["--dry-run", "--entry", "python examples/tinylm/train.py", "examples/tinylm"]
 # What depends on the torch release: the child's hooks into Dynamo and the GB codes it reads
 # (detect), recipes whose tests compile for real (numpy_scalar, guarded_index) beside the
 # static recipe tests of the commonest codes (print/log/warn, item, branches), the ops the
 # print/log/warn helpers define (order, FX graph cache), the verifier's verdicts, the
-# dry-run/--apply path end to end, and fullgraph. About 3.5 minutes on 2 cores.
+# dry-run/--apply path end to end, and fullgraph: 545 tests, 2.5 to 10 minutes on 2 shared cores.
 SUBSET = [
     "tests/test_detect.py",
     "tests/recipes/test_print_logging.py",
@@ -81,7 +83,7 @@ def _env(venv: Path) -> dict[str, str]:
 
 
 def _run(argv: list[str], env: dict[str, str], timeout: float, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(argv, check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def _tail(text: str, lines: int = 8) -> str:
@@ -153,6 +155,8 @@ def run_example(venv: Path, env: dict[str, str], timeout: float) -> dict:
         unsafe=counts.get("fixable-unsafe", 0),
         unfixed=counts.get("unfixed", 0),
         codes=[f.get("code") for f in doc.get("findings", [])],
+        # which recipe fixed each site: the same count can hide a coarser fix
+        recipes=sorted(f"{e['path']}:{e['line']} {e['recipe']}" for e in doc.get("edits", []) if e.get("status") == "applied"),
         unfixed_sites=[
             f"{f['path']}:{f['line']} {f.get('code')}: {str(f.get('detail', ''))[:200]}"
             for f in doc.get("findings", [])
@@ -277,6 +281,15 @@ def main() -> int:
 def report(results: list[Result]) -> int:
     """Print the table and what failed; 0 when every release installed and passed."""
     print(table(results))
+    # The same count can hide a coarser fix: each release's recipes against the last row's.
+    last = next((r for r in reversed(results) if r.example.get("recipes") is not None), None)
+    for r in results:
+        if last is None or r is last or r.example.get("recipes") is None:
+            continue
+        theirs = dict(x.rsplit(" ", 1) for x in last.example["recipes"])
+        for site, recipe in (x.rsplit(" ", 1) for x in r.example["recipes"]):
+            if theirs.get(site, recipe) != recipe:
+                print(f"{r.torch}: example, {site} fixed by {recipe} ({last.torch}: {theirs[site]})")
     for r in results:
         for line in r.example.get("unfixed_sites", []):
             print(f"{r.torch}: example, not fixable: {line}")
