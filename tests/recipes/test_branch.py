@@ -4,14 +4,12 @@ the body returns or raises."""
 
 from __future__ import annotations
 
-import re
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from gbfix.locate import ParsedFile
-from gbfix.records import Break, Cause, Frame, Site
 from gbfix.recipes.base import SiteContext
 from gbfix.recipes.branch import (
     RECIPES,
@@ -22,6 +20,8 @@ from gbfix.recipes.branch import (
     BranchToWhere,
     BranchToWhereUnchecked,
 )
+from gbfix.records import Break, Cause, Frame, Site
+from gbfix.rules import RuleExample, parse
 from gbfix.sources import SourceFile
 from tests.helpers import ALL_CAPABILITIES, rewrite_at
 
@@ -53,39 +53,34 @@ def fix(source: str, recipe, fragment: str, whole_if: bool = False, **kw) -> str
 # ---------------------------------------------------------------- the rules/ catalog
 
 
-def _sections() -> dict[str, list[str]]:
-    text = RULE.read_text()
-    out: dict[str, list[str]] = {}
-    for part in re.split(r"^## ", text, flags=re.M)[1:]:
-        title = part.splitlines()[0]
-        out[title] = re.findall(r"```python\n(.*?)```", part, flags=re.S)
-    return out
+def _example(title: str) -> RuleExample:
+    return next(e for e in parse(RULE) if e.title.startswith(title))
 
 
 def test_rule_file_shape():
-    sections = _sections()
-    assert sum(t.startswith("Example:") for t in sections) >= len(RECIPES) - 1  # branch-to-check shares one
-    assert all(len(blocks) == 2 for t, blocks in sections.items() if t.startswith("Example:"))
-    assert all(len(blocks) == 1 for t, blocks in sections.items() if t.startswith("Not fixed:"))
+    text = RULE.read_text()
     for recipe in RECIPES:
         assert recipe.rule == "GB0170" and recipe.codes == ("GB0170",)
-        assert f"`{recipe.name}` ({recipe.safety})" in RULE.read_text()
+        assert f"\n## {recipe.name}\n" in text  # a section of its own
+    examples = parse(RULE)
+    assert any(e.after is None for e in examples)  # a Not fixed case
+    assert {e.recipe for e in examples} >= {r.name for r in RECIPES} - {"branch-to-cond"}  # its example is the second step of a branch-to-where one
 
 
 def test_rule_example_where_then_cond():
-    before, after = next(b for t, b in _sections().items() if t.startswith("Example: clamp"))
-    step = fix(before, BranchToWhere, "hidden.abs().max() > clip")
+    example = _example("clamp on a data-dependent test")
+    step = fix(example.before, BranchToWhere, "hidden.abs().max() > clip")
     assert step is not None
-    assert fix(step, BranchToCond, "if (mask == 0).all():", whole_if=True) == after
+    assert fix(step, BranchToCond, "if (mask == 0).all():", whole_if=True) == example.after
 
 
 def test_rule_example_check():
-    before, after = next(b for t, b in _sections().items() if t.startswith("Example: NaN"))
-    assert fix(before, BranchToCheck, "if torch.isnan(loss):", whole_if=True) == after
+    example = _example("NaN guard on the loss")
+    assert fix(example.before, BranchToCheck, "if torch.isnan(loss):", whole_if=True) == example.after
 
 
 def test_rule_not_fixed():
-    (source,) = next(b for t, b in _sections().items() if t.startswith("Not fixed:"))
+    (source,) = [e.before for e in parse(RULE) if e.after is None]
     for recipe in RECIPES:
         assert fix(source, recipe, "x.sum() > 0") is None
         assert fix(source, recipe, "if x.sum() > 0:", whole_if=True) is None
