@@ -73,7 +73,7 @@ def test_apply_through_a_symlink_keeps_the_link_and_the_mode(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert link.is_symlink() and os.readlink(link) == str(real)
     edited = real.read_text()
-    assert '    print("step")' not in edited and '_gbfix_print("step")' in edited
+    assert '    print("step")' not in edited and 'gbfix_print("step")' in edited
     assert stat.S_IMODE(real.stat().st_mode) == 0o755
     assert not list(real.parent.glob(".*.gbfix"))  # no temporary file left
 
@@ -155,3 +155,42 @@ def test_check_targets_names_the_read_only_file_in_a_folder(tmp_path):
     locked.chmod(0o400)
     with pytest.raises(GbfixError, match=r"b.py: read-only; --apply writes only files it may write"):
         check_targets([tmp_path / "pkg"])
+
+
+def test_a_new_file_is_created_with_the_others(tmp_path):
+    changes = sources(tmp_path)
+    new = tmp_path / "_gbfix.py"
+    assert write_all([(new, b"# generated\n"), *changes]) == [new, *(source.path for source, _ in changes)]
+    assert new.read_bytes() == b"# generated\n"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(new.stat().st_mode) == 0o666 & ~umask
+    assert not list(tmp_path.glob(".*.gbfix"))
+
+
+def test_a_new_file_whose_name_is_taken_stops_every_write(tmp_path):
+    changes = sources(tmp_path)
+    new = tmp_path / "_gbfix.py"
+    new.write_text("# someone else's\n")
+    with pytest.raises(GbfixError, match=r"_gbfix.py: appeared on disk while gbfix ran; nothing written"):
+        write_all([*changes, (new, b"# generated\n")])
+    assert contents(changes) == ["x = 0\n", "x = 1\n", "x = 2\n"]
+    assert new.read_text() == "# someone else's\n"
+
+
+def test_a_write_failing_after_a_new_file_removes_it(tmp_path, monkeypatch):
+    changes = sources(tmp_path)
+    new = tmp_path / "_gbfix.py"
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if str(dst).endswith("m2.py"):
+            raise KeyboardInterrupt
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(KeyboardInterrupt):
+        write_all([(new, b"# generated\n"), *changes])
+    assert not new.exists()
+    assert contents(changes) == ["x = 0\n", "x = 1\n", "x = 2\n"]
+    assert not list(tmp_path.glob(".*.gbfix"))

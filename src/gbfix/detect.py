@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from gbfix import generated
 from gbfix.entry import Entry
 from gbfix.errors import EntryError, GbfixError
 from gbfix.gbcodes import torch_dir
@@ -115,7 +116,8 @@ class Prober:
         rundir = self.workdir / f"run{self.runs}"
         rundir.mkdir(parents=True)
         files = {}
-        for original, text in (overlay or {}).items():
+        overlay = {**(overlay or {}), **generated.complete(overlay or {})}  # and the generated modules they import
+        for original, text in overlay.items():
             copy = rundir / f"{hashlib.sha1(str(original).encode()).hexdigest()[:12]}.py"
             copy.write_bytes(text)
             files[str(original)] = str(copy)

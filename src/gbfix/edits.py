@@ -10,18 +10,21 @@ import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 
-from gbfix import recipes
+from gbfix import generated, recipes
 from gbfix.locate import ParsedFile
 from gbfix.recipes.layout import add_helpers
 from gbfix.records import Edit
 
 
 class _Replace(cst.CSTTransformer):
-    def __init__(self, replacements: dict[int, object]) -> None:
+    def __init__(self, replacements: dict[int, object], first: dict[int, cst.BaseStatement]) -> None:
         super().__init__()
         self.replacements = replacements
+        self.first = first  # id of a function -> a statement to put first in its body
 
     def on_leave(self, original_node, updated_node):
+        if id(original_node) in self.first:
+            return generated.prepend(updated_node, self.first[id(original_node)])
         return self.replacements.get(id(original_node), updated_node)
 
 
@@ -29,20 +32,46 @@ def apply(parsed: ParsedFile, edits: Iterable[Edit]) -> bytes:
     """The file's bytes with the edits applied (edits must not overlap).
 
     Untouched lines stay byte-identical: LibCST round-trips formatting,
-    comments, line endings and the declared encoding.
+    comments, line endings and the declared encoding. The helpers the edits
+    call go to the package's generated module (``gbfix.generated``), which the
+    file imports them from, or else into the file.
     """
     edits = list(edits)
     if not edits:
         return parsed.source.data
-    module = parsed.module.visit(_Replace({id(e.original): e.replacement for e in edits}))
-    module = add_helpers(module, {name: code for e in edits for name, code in e.helpers})
-    imports = [imp for imp in dict.fromkeys(imp for e in edits for imp in e.imports) if not _imported(module, *imp)]
+    helpers = {name: code for e in edits for name, code in e.helpers}
+    home = generated.home(parsed.source.path, parsed.module) if helpers and generated.known(list(helpers)) else None
+    first: dict[int, cst.BaseStatement] = {}
+    if home is not None and not generated.imports_torch(parsed.module):
+        first = _local_imports(parsed, edits, home)
+    module = parsed.module.visit(_Replace({id(e.original): e.replacement for e in edits}, first))
+    imports = list(dict.fromkeys(imp for e in edits for imp in e.imports))
+    if home is None:
+        module = add_helpers(module, helpers)
+        imports += [imp for p in generated.closure(list(helpers)) for imp in p.imports]
+    elif not first:
+        module = generated.add_import(module, home, [p.name for p in generated.closure(list(helpers)) if p.public])
+    imports = [imp for imp in dict.fromkeys(imports) if not _imported(module, *imp)]
     if imports:
         context = CodemodContext()
         for mod, name in imports:
             AddImportsVisitor.add_needed_import(context, mod, name)
         module = AddImportsVisitor(context).transform_module(module)
     return recipes.finalize(module).bytes
+
+
+def _local_imports(parsed: ParsedFile, edits: list[Edit], home: generated.Home) -> dict[int, cst.BaseStatement]:
+    """For a module that does not import torch (it may keep torch optional on
+    purpose): the import of each function's helpers, first in the function, so
+    that importing the module does not import torch through the generated module."""
+    names: dict[int, tuple[cst.FunctionDef, list[str]]] = {}
+    for e in edits:
+        fn = next((a for a in parsed.ancestors(e.original) if isinstance(a, cst.FunctionDef)), None)
+        if fn is None:
+            return {}  # module-level code runs when the module is imported anyway
+        public = [p.name for p in generated.closure([n for n, _ in e.helpers]) if p.public]
+        names.setdefault(id(fn), (fn, []))[1].extend(public)
+    return {key: generated.import_statement(home, sorted(set(public))) for key, (_, public) in names.items() if public}
 
 
 def _imported(module: cst.Module, mod: str, name: str | None) -> bool:
@@ -72,12 +101,13 @@ def code_of(edit: Edit) -> str:
 _EMPTY = cst.Module(body=[])
 
 
-def diff(path: Path, before: bytes, after: bytes, encoding: str, display: str | None = None) -> str:
+def diff(path: Path, before: bytes | None, after: bytes, encoding: str, display: str | None = None) -> str:
+    """A unified diff of the file; ``before`` None: a new file (``--- /dev/null``)."""
     name = display or str(path)
     lines = difflib.unified_diff(
-        before.decode(encoding).splitlines(keepends=True),
+        before.decode(encoding).splitlines(keepends=True) if before is not None else [],
         after.decode(encoding).splitlines(keepends=True),
-        fromfile=f"a/{name}",
+        fromfile=f"a/{name}" if before is not None else "/dev/null",
         tofile=f"b/{name}",
     )
     out = []

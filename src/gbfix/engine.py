@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gbfix import edits as edit_ops
-from gbfix import escape, fullgraph, recipes, result_cache, scratch, sources, writes
+from gbfix import escape, fullgraph, generated, recipes, result_cache, scratch, sources, writes
 from gbfix.detect import Pending, Prober, RunFailed, warm_worker
 from gbfix.errors import EntryError
 from gbfix.entry import Entry
@@ -51,7 +51,7 @@ class Result:
     findings: tuple[Finding, ...]
     outcomes: tuple[Outcome, ...]
     originals: dict[Path, SourceFile]
-    fixed: dict[Path, bytes]  # only files that change
+    fixed: dict[Path, bytes]  # only files that change; a path not in ``originals`` is a new file
     remaining: int  # breaks left after the accepted edits (program's own backend when checked)
     fullgraph: bool | None  # None: not asked; else whether fullgraph=True was added and proven
     baseline: RunResult
@@ -63,6 +63,8 @@ class Result:
     def diff(self, display: Callable[[Path], str] = str) -> str:
         return "".join(
             edit_ops.diff(p, self.originals[p].data, new, self.originals[p].encoding, display(p))
+            if p in self.originals
+            else edit_ops.diff(p, None, new, "utf-8", display(p))
             for p, new in sorted(self.fixed.items())
         )
 
@@ -522,6 +524,7 @@ class _Session:
             run = self.last_own  # what is left, counted on the program's own backend
         proven = self.prove_fullgraph(run) if self.opts.fullgraph else None
         fixed = {p: s.data for p, s in self.current.items() if s.data != self.originals[p].data}
+        fixed |= generated.complete(fixed)  # the packages' generated modules: new, or extended
         return Result(
             entry=self.entry,
             findings=tuple(self.findings(run, caps)),
@@ -716,4 +719,4 @@ def fix(
 
 def write(result: Result) -> list[Path]:
     """Write the verified edits: every file or none, each only if unchanged since it was read."""
-    return writes.write_all([(result.originals[path], new) for path, new in sorted(result.fixed.items())])
+    return writes.write_all([(result.originals.get(path, path), new) for path, new in sorted(result.fixed.items())])

@@ -44,45 +44,87 @@ def check_targets(paths: list[Path]) -> None:
                 raise GbfixError(f"{path}: {why}; --apply writes only files it may write: make it writable or leave it out of the targets")
 
 
-def write_all(changes: list[tuple[SourceFile, bytes]]) -> list[Path]:
-    """Write each source's new bytes, all or none.
+def write_all(changes: list[tuple[SourceFile | Path, bytes]]) -> list[Path]:
+    """Write each source's new bytes, all or none; a bare path is a new file
+    (a package's generated module), created only where no file is.
 
-    Every file is checked first (still as read, writable); then each is
-    written. If a write fails midway (a full disk, a permission, Ctrl-C), the
-    files already written get their old bytes back before the error is raised.
+    Every file is checked first (still as read, writable; a new one's folder
+    writable and the name free); then each is written. If a write fails midway
+    (a full disk, a permission, Ctrl-C), the files already written get their
+    old bytes back, and the new ones are removed, before the error is raised.
     """
-    for source, _ in changes:
-        why = problem(source.path)
+    for target, _ in changes:
+        why = _new_problem(target) if isinstance(target, Path) else _problem_of(target)
         if why:
-            raise GbfixError(f"{source.path}: {why}; nothing written")
-        if source.path.read_bytes() != source.data:
-            raise GbfixError(f"{source.path}: changed on disk while gbfix ran; nothing written")
-    written: list[SourceFile] = []
+            path = target if isinstance(target, Path) else target.path
+            raise GbfixError(f"{path}: {why}; nothing written")
+    written: list[SourceFile | Path] = []
     try:
-        for source, new in changes:
-            _replace(source.path, new)
-            written.append(source)
+        for target, new in changes:
+            if isinstance(target, Path):
+                _create(target, new)
+            else:
+                _replace(target.path, new)
+            written.append(target)
     except BaseException as e:
         lost = _put_back(written)
         if not isinstance(e, OSError):
             raise
-        failed = changes[len(written)][0].path
+        failed = _path(changes[len(written)][0])
         back = f"the {len(written)} file(s) already written were put back" if written else "no other file was written"
         if lost:
             back = f"could not put back {', '.join(map(str, lost))}"
         raise GbfixError(f"{failed}: could not be written ({e.strerror or e}); {back}") from None
-    return [source.path for source, _ in changes]
+    return [_path(target) for target, _ in changes]
 
 
-def _put_back(written: list[SourceFile]) -> list[Path]:
-    """Restore the files' old bytes; the ones that could not be restored."""
+def _path(target: SourceFile | Path) -> Path:
+    return target if isinstance(target, Path) else target.path
+
+
+def _problem_of(source: SourceFile) -> str | None:
+    why = problem(source.path)
+    if why is None and source.path.read_bytes() != source.data:
+        why = "changed on disk while gbfix ran"
+    return why
+
+
+def _new_problem(path: Path) -> str | None:
+    """Why a new file may not be created at ``path``, or None."""
+    if os.path.lexists(path):
+        return "appeared on disk while gbfix ran"
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        return "in a folder gbfix cannot write to"
+    return None
+
+
+def _put_back(written: list[SourceFile | Path]) -> list[Path]:
+    """Restore the files' old bytes and remove the new files; the ones that could not be."""
     lost = []
-    for source in reversed(written):
+    for target in reversed(written):
         try:
-            _replace(source.path, source.data)
+            if isinstance(target, Path):
+                os.unlink(target)
+            else:
+                _replace(target.path, target.data)
         except OSError:
-            lost.append(source.path)
+            lost.append(_path(target))
     return lost
+
+
+def _create(path: Path, data: bytes) -> None:
+    """Create ``path`` with ``data`` atomically (a temporary file linked into place,
+    which fails if the name was taken meanwhile), readable as the umask allows."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".gbfix")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.link(tmp, path)
+    finally:
+        os.unlink(tmp)
 
 
 def _replace(path: Path, data: bytes) -> None:

@@ -3,20 +3,26 @@
 Dynamo cannot trace Logger methods and cannot reorder them
 (``reorderable_logging_functions`` only takes plain functions;
 ``ignore_logging_functions`` drops the record). The rewrite sends the call
-through a module-level helper that the compiled graph keeps and runs at run
-time. Two helpers, the first preferred:
+through a helper that the compiled graph keeps and runs at run time (in a
+package, the helper lives in the package's generated ``_gbfix.py``; see
+``gbfix.generated``). Two helpers, the first preferred:
 
-- ``logger-to-op``: an op defined in a ``torch.library.Library`` that writes to
-  a 0-element tensor of the module. That write keeps it in the graph (an op
-  with no output is dead code to inductor: the record would vanish) and in
-  order with the module's other ops, and inductor runs it on every call, also
-  with ``fullgraph=True`` and in training. Unlike an effectful op, it leaves the
-  graph cacheable in inductor's FX graph cache, and a call costs a plain op
-  call. The call keeps its arguments, any expression::
+- ``logger-to-op``: ``gbfix_log`` hands the call to a library op that writes to
+  a 0-element tensor (``op_helpers``): kept in the graph and in order with its
+  other ops, run by inductor on every call, also with ``fullgraph=True`` and in
+  training, and the graph stays in inductor's FX graph cache. The call keeps
+  its logger and its arguments, any expression::
 
-      logger.warning("`x` is deprecated")   ->  _gbfix_log("logger", "warning", "`x` is deprecated")
-      logger.info("step %d", step)           ->  _gbfix_log("logger", "info", "step %d", step)
-      logger.warning_once(f"{cls} is slow")  ->  _gbfix_log("logger", "warning_once", "{} is slow", cls, template=True)
+      logger.warning("`x` is deprecated")   ->  gbfix_log(logger, "warning", "`x` is deprecated")
+      self.logger.info("step %d", step)      ->  gbfix_log(self.logger, "info", "step %d", step)
+      logger.warning_once(f"{cls} is slow")  ->  gbfix_log(logger, "warning_once", "{} is slow", cls, template=True)
+      logging.getLogger(__name__).info("x")  ->  gbfix_log(__name__, "info", "x")
+
+  The logger itself reaches the op: Dynamo cannot pass a Logger to an op (nor
+  read its name), so the helper pins the object Dynamo tracks while it traces
+  and hands the op its index. ``logging.getLogger(name)`` written inline
+  (Dynamo first breaks inside ``getLogger``, GB6215) goes as its name, when
+  that is a literal or ``__name__``.
 
   An f-string message goes as its ``str.format`` template and its fields'
   values, and the op formats it at run time into the same text (Dynamo formats
@@ -32,12 +38,7 @@ time. Two helpers, the first preferred:
   distinct arguments) counts as a repeat. An argument that may be anything else
   (``x.shape``, a list) is declined (see ``_not_a_plain_value``): the helper
   would call the logger itself, which breaks again in the helper's code.
-  A logger that is not a module global is found by its name when that name is
-  known: ``logging.getLogger(__name__).info(...)`` written inline (Dynamo
-  first breaks inside ``getLogger``, GB6215) and ``self.logger.info(...)``
-  where every assignment of the class to ``self.logger`` is the same
-  ``logging.getLogger("literal" or __name__)`` become
-  ``_gbfix_log_named(__name__, "info", ...)``.
+  Uncompiled, the helper calls the logger itself.
 - ``logger-to-leaf``: a ``torch._dynamo.decorators.leaf_function``, which takes
   any argument (tensors too) but does not lower in inductor on torch 2.13, so
   the engine only offers it when every compile uses the eager backend::
@@ -45,12 +46,10 @@ time. Two helpers, the first preferred:
       logger.warning("x %s", t)  ->  _gbfix_log_leaf("logger", "warning", "x %s", t)
 
   A tensor that requires grad is detached at the leaf boundary (its text loses
-  ``grad_fn``).
+  ``grad_fn``). A leaf function takes no Logger: this helper stays in the
+  module and finds the logger by the name of its module global.
 
-Dynamo can pass a Logger into neither helper: ``_gbfix_log``'s and
-``_gbfix_log_leaf``'s calls name the logger's module global
-(``getattr(globals()["logger"], "warning")(...)`` at run time). Declined:
-keyword arguments (``exc_info=``, ``extra=``, ...), star arguments,
+Declined: keyword arguments (``exc_info=``, ``extra=``, ...), star arguments,
 ``logger.exception`` and calls whose result is used. The record's
 funcName/lineno name the helper.
 """
@@ -61,7 +60,6 @@ import ast
 from typing import ClassVar
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from gbfix.recipes.analysis import (
     builtin_at,
@@ -70,6 +68,8 @@ from gbfix.recipes.analysis import (
     is_module_global,
     qualified_names,
 )
+from gbfix import generated
+from gbfix.recipes import op_helpers
 from gbfix.recipes.base import Decline, Recipe, SiteContext
 from gbfix.recipes.print_call import format_fields, has_fstring, str_literal
 from gbfix.recipes.tree import nodes
@@ -81,97 +81,19 @@ from gbfix.records import ValueSpec
 _METHODS = frozenset(
     {"debug", "info", "warning", "warn", "error", "critical", "fatal", "log", "warning_once", "info_once"}
 )
-# warn_call's op helper: its calls end with their own line number, which a
-# helper added above them changes, so adding any helper renumbers them.
-NUMBERED_HELPER = "_gbfix_warn"
-# What the op helpers of one module share, placed before the first of them. Each op
-# writes to the 0-element sink: that write keeps it in the graph (an op with no
-# output is dead code to inductor), keeps the module's ops in order, and gives
-# inductor the op's device. Unlike an effectful op (with_effects), a graph holding
-# it stays in inductor's FX graph cache, and its run-time cost is a plain op call.
-# Each op's body is registered through torch.compiler.disable: called from code that
-# Dynamo skipped (a frame with a break in a loop runs eagerly), the body would
-# otherwise be compiled as a frame of its own and break on the logger it reaches.
-OP_LIBRARY = ("_gbfix_lib", '''\
-# Added by gbfix: this module's run-time ops, named after the module, and the
-# 0-element tensor each of them writes to, which keeps them in compiled graphs
-# and in order.
-_gbfix_lib = torch.library.Library("gbfix", "FRAGMENT")
-_gbfix_tag = "".join(c if c.isalnum() else "_" for c in __name__)
-_gbfix_sink = torch.empty(0)
-''')
-
-# What logger-to-op's helpers share. The arguments reach the op by kind, as its
-# schema types them: strings as text, numbers (sizes and steps that Dynamo made
-# symbolic too) as Scalars, tensors as tensors (computed by the graph before the
-# op runs), None as a mark; the op rebuilds them in order, so the logger's method
-# gets the very arguments of the original call: the record's msg/args and a
-# `*_once` method's cache (keyed on the arguments) are the same.
-LOG_OP = ("_gbfix_log_send", '''\
-def _gbfix_logger(owner, name):
-    # Added by gbfix: the logger, by the name of its module global or by its own
-    # name (stdlib logging, looked up without an import that could rebind this
-    # module's own `logging`).
-    return globals()[owner] if owner is not None else __import__("logging").getLogger(name)
-
-
-def _gbfix_log_impl(owner, name, method, kinds, texts, numbers, tensors, sink):
-    # Added by gbfix: the body of the op below, run at run time inside compiled
-    # graphs: the arguments back in order (s: text, n: number, t: tensor, -: None).
-    # A leading "f": the first text is an f-string's template, and the message is
-    # that template formatted with the arguments, here, with their run-time values.
-    texts, numbers, tensors = iter(texts), iter(numbers), iter(tensors)
-    pick = {"s": texts, "n": numbers, "t": tensors}
-    template = next(texts) if kinds.startswith("f") else None
-    args = [next(pick[k]) if k in pick else None for k in kinds.removeprefix("f")]
-    if template is not None:
-        args = [template.format(*args)]
-    getattr(_gbfix_logger(owner, name), method)(*args)
-
-
-_gbfix_lib.define(
-    f"log_{_gbfix_tag}(str? owner, str? name, str method, str kinds, str[] texts, Scalar[] numbers, "
-    "Tensor[] tensors, Tensor(a!) sink) -> ()"
-)
-_gbfix_lib.impl(f"log_{_gbfix_tag}", torch.compiler.disable(_gbfix_log_impl), "CompositeExplicitAutograd")
-torch.library.register_fake(f"gbfix::log_{_gbfix_tag}", lambda *args: None, lib=_gbfix_lib)
-_gbfix_log_op = getattr(torch.ops.gbfix, f"log_{_gbfix_tag}")
-
-
-def _gbfix_log_send(owner, name, method, args, template):
-    # Added by gbfix: runs while Dynamo traces. Strings, numbers (exact types: a
-    # subclass would print differently), tensors and None go to the op (a tensor
-    # subclass, an nn.Parameter, reaches the logger as a plain tensor, and prints
-    # so); anything else is logged by the logger itself, which Dynamo cannot trace.
-    # With a template (an f-string's), args[0] is the template, formatted by the op.
-    kinds = {str: "s", int: "n", float: "n", bool: "n", type(None): "-"}
-    values = args[1:] if template else args
-    of = "".join(["t" if isinstance(a, torch.Tensor) else kinds.get(type(a), "?") for a in values])
-    if "?" not in of:
-        texts = [a for a, k in zip(values, of) if k == "s"]
-        numbers = [a for a, k in zip(values, of) if k == "n"]
-        tensors = [a for a, k in zip(values, of) if k == "t"]
-        if template:
-            of, texts = "f" + of, [args[0], *texts]
-        _gbfix_log_op(owner, name, method, of, texts, numbers, tensors, _gbfix_sink)
-    else:
-        getattr(_gbfix_logger(owner, name), method)(*([args[0].format(*values)] if template else args))
-''')
-
-
 class HelperRecipe(Recipe):
-    """Base for rewrites that route one call through a module-level helper.
+    """Base for rewrites that route one call through a helper.
 
-    The edit replaces only the call; the helper (its definition and
-    registrations) goes with it as a helper of the edit, which the file gets
-    once, after its imports, however many edits in it need it.
+    The edit replaces only the call; the helper goes with it as helpers of the
+    edit: a piece registered in ``gbfix.generated`` (and the pieces it needs),
+    which a module of a package imports from the package's generated module and
+    any other file gets once, after its imports; or code of its own
+    (``helper_code``), which stays in the file.
     """
 
     helper: ClassVar[str]  # the helper's name
-    helper_code: ClassVar[str]  # its definition and registrations
-    helper_imports: ClassVar[tuple[str, ...]] = ("torch",)
-    # Module-level pieces the helper uses, (name, code), placed before it.
-    shared: ClassVar[tuple[tuple[str, str], ...]] = ()
+    helper_code: ClassVar[str] = ""  # a helper that is no registered piece: its definition
+    helper_imports: ClassVar[tuple[str, ...]] = ()  # what ``helper_code`` imports
 
     def match(self, ctx: SiteContext) -> cst.Call | None:
         """The call to reroute, or None."""
@@ -187,22 +109,24 @@ class HelperRecipe(Recipe):
             return None  # the helper returns None: only a call whose result is unused
         if _defines(ctx, self.helper) is None:
             return None  # the name is taken by something else
+        if generated.home(ctx.site.path, ctx.module) is None and not generated.imports_torch(ctx.module):
+            raise Decline("the module does not import torch, and the helper, which would be added to it, does")
         return call
 
     def rewrite(self, node: cst.CSTNode) -> cst.CSTNode:
         assert isinstance(node, cst.Call)
-        for module in self.helper_imports:
-            self.need_import(module)
-        assert self.ctx is not None
-        if not _defines(self.ctx, self.helper):
-            for name, code in self.shared:
-                self.need_helper(name, code)
-        self.need_helper(self.helper, self.helper_code)
+        pieces = generated.closure([self.helper])
+        for p in pieces:
+            self.need_helper(p.name, p.code)
+        if not pieces:
+            for module in self.helper_imports:
+                self.need_import(module)
+            self.need_helper(self.helper, self.helper_code)
         return self.reroute(node)
 
 
 class LoggerRecipe(HelperRecipe):
-    """A Logger method called on a module-global logger, positional arguments only."""
+    """A Logger method called with positional arguments only, on a logger the helper can be handed."""
 
     codes = ("GB0291",)
     safety = "safe"
@@ -219,13 +143,16 @@ class LoggerRecipe(HelperRecipe):
         return None if self._owner is None else call
 
     def owner(self, ctx: SiteContext, node: cst.BaseExpression) -> cst.BaseExpression | None:
-        """How the helper finds the logger: the name of its module global, as a string."""
-        if isinstance(node, cst.Name) and is_module_global(ctx, node):
-            return cst.SimpleString(str_literal(node.value))
-        return None
+        """What the helper gets for the logger: the logger itself, written as the call
+        wrote it (a name or an attribute chain, evaluated once as before), or for
+        ``logging.getLogger(name)`` written inline (Dynamo breaks inside getLogger,
+        GB6215) the name it is given."""
+        if _is_chain(node):
+            return node
+        return _logger_name(ctx, node)
 
     def head(self, call: cst.Call) -> list[cst.Arg]:
-        """The logger's owner and the method, as the helper's first arguments."""
+        """The logger and the method, as the helper's first arguments."""
         assert isinstance(call.func, cst.Attribute)
         return [cst.Arg(self._owner), cst.Arg(cst.SimpleString(str_literal(call.func.attr.value)))]
 
@@ -234,19 +161,8 @@ class LoggerToOp(LoggerRecipe):
     name = "logger-to-op"
     codes = ("GB0291", "GB6215")  # GB6215: Dynamo first breaks inside logging.getLogger(...) written inline
     requires = frozenset({"register_fake"})
-    shared = (OP_LIBRARY, LOG_OP)
-    summary = "logger.<level>(...) -> a library op that logs at run time with the same arguments, kept in order by inductor"
-    helper = "_gbfix_log"
-    helper_code = '''\
-def _gbfix_log(owner, method, *args, template=False):
-    # Added by gbfix: the logger travels by the name of its module global.
-    _gbfix_log_send(owner, None, method, args, template)
-'''
-    named_helper = ("_gbfix_log_named", '''\
-def _gbfix_log_named(name, method, *args, template=False):
-    # Added by gbfix: the logger travels by its own name (logging.getLogger(name)).
-    _gbfix_log_send(None, name, method, args, template)
-''')
+    summary = "logger.<level>(...) -> gbfix_log(logger, ...): a library op that logs at run time with the same arguments, kept in order by inductor"
+    helper = op_helpers.LOG.name
 
     def observe(self, ctx: SiteContext) -> cst.FunctionDef | None:
         """The function holding the call, when a value logged is one of its parameters:
@@ -262,7 +178,6 @@ def _gbfix_log_named(name, method, *args, template=False):
         return fn if any(parameter(fn, v) for v in values) else None
 
     def match(self, ctx: SiteContext) -> cst.Call | None:
-        self.helper, self.helper_code = type(self).helper, type(self).helper_code
         call = super().match(ctx)
         if call is None:
             return None
@@ -270,8 +185,6 @@ def _gbfix_log_named(name, method, *args, template=False):
             why = _not_a_plain_value(ctx, value)
             if why:
                 raise Decline(f"{ctx.code(value)} {why}")
-        if self._named:
-            self.helper, self.helper_code = self.named_helper
         return call
 
     def _values(self, ctx: SiteContext, call: cst.Call) -> list[cst.BaseExpression]:
@@ -290,19 +203,6 @@ def _gbfix_log_named(name, method, *args, template=False):
         self._template = found
         return found[1]
 
-    def owner(self, ctx: SiteContext, node: cst.BaseExpression) -> cst.BaseExpression | None:
-        """A module global's name, or the name expression of a logger that
-        ``logging.getLogger`` returns: written inline, or stored on ``self`` by
-        every assignment the class makes to that attribute."""
-        self._named = False
-        found = super().owner(ctx, node)
-        if found is not None:
-            return found
-        self._named = True
-        if isinstance(node, cst.Attribute):
-            node = _attribute_logger(ctx, node)
-        return None if node is None else _logger_name(ctx, node)
-
     def reroute(self, call: cst.Call) -> cst.Call:
         if self._template is None:
             return call.with_changes(func=cst.Name(self.helper), args=arglist(call, [*self.head(call), *call.args]))
@@ -318,6 +218,9 @@ class LoggerToLeaf(LoggerRecipe):
     requires = frozenset({"leaf_function"})
     summary = "logger.<level>(...) -> a module-level leaf_function helper that logs at run time, inside the graph"
     helper = "_gbfix_log_leaf"
+    helper_imports = ("torch",)
+    # A leaf function takes neither a Logger nor a name Dynamo could look up: this
+    # helper stays in the module and finds the logger by its module global's name.
     helper_code = '''\
 @torch._dynamo.decorators.leaf_function
 def _gbfix_log_leaf(owner, method, *args):
@@ -330,6 +233,12 @@ def _gbfix_log_leaf(owner, method, *args):
 def _gbfix_log_leaf_fake(owner, method, *args):
     return None
 '''
+
+    def owner(self, ctx: SiteContext, node: cst.BaseExpression) -> cst.BaseExpression | None:
+        """The name of the logger's module global, as a string."""
+        if isinstance(node, cst.Name) and is_module_global(ctx, node):
+            return cst.SimpleString(str_literal(node.value))
+        return None
 
     def reroute(self, call: cst.Call) -> cst.Call:
         return call.with_changes(func=cst.Name(self.helper), args=[*self.head(call), *call.args])
@@ -515,101 +424,14 @@ def _logger_name(ctx: SiteContext, node: cst.BaseExpression) -> cst.BaseExpressi
     return None
 
 
-def _attribute_logger(ctx: SiteContext, node: cst.Attribute) -> cst.BaseExpression | None:
-    """The one value that the class of the method holding ``self.<attr>`` gives that
-    attribute (every ``self.<attr> = ...`` in its methods and a class-level
-    ``<attr> = ...`` writing the same code), or None."""
-    func = ctx.enclosing(cst.FunctionDef, node=node)
-    cls = None if func is None else ctx.enclosing(cst.ClassDef, node=func)
-    if cls is None or not func.params.params or not isinstance(node.value, cst.Name):
-        return None
-    if node.value.value != func.params.params[0].name.value:
-        return None
-    values = _AttributeValues(node.attr.value)
-    cls.visit(values)
-    codes = {ctx.code(v) for v in values.found}
-    return values.found[0] if values.found and len(codes) == 1 and not values.other else None
-
-
-class _AttributeValues(cst.CSTVisitor):
-    """What a class assigns to one attribute: at class level or on its methods' first parameter."""
-
-    def __init__(self, attr: str) -> None:
-        self.attr = attr
-        self.found: list[cst.BaseExpression] = []
-        self.other = False  # also bound some other way (augmented, unpacked, deleted, in a nested class)
-        self.selves: list[str] = []  # the first parameter of each method entered
-        self.depth = 0  # classes entered
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.depth += 1
-
-    def leave_ClassDef(self, node: cst.ClassDef) -> None:
-        self.depth -= 1
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        params = node.params.params
-        self.selves.append(params[0].name.value if params else "")
-
-    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.selves.pop()
-
-    def _is_target(self, target: cst.BaseExpression) -> bool:
-        if isinstance(target, (cst.Tuple, cst.List)):
-            self.other |= any(self._is_target(e.value) for e in target.elements)
-            return False
-        if not self.selves:
-            hit = isinstance(target, cst.Name) and target.value == self.attr
-        else:
-            hit = (
-                isinstance(target, cst.Attribute)
-                and target.attr.value == self.attr
-                and isinstance(target.value, cst.Name)
-                and target.value.value == self.selves[0]
-            )
-        self.other |= hit and self.depth > 1
-        return hit
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        for t in node.targets:
-            if self._is_target(t.target):
-                self.found.append(node.value)
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        if self._is_target(node.target):
-            self.other |= node.value is None
-            if node.value is not None:
-                self.found.append(node.value)
-
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        self.other |= self._is_target(node.target)
-
-    def visit_Del(self, node: cst.Del) -> None:
-        self.other |= self._is_target(node.target)
-
-
 def _defines(ctx: SiteContext, name: str) -> bool | None:
-    """True if the module defines the helper, False if the name is free, None if taken."""
+    """True if the module has the helper (defines it, or imports it from the generated
+    module), False if the name is free, None if it is taken by something else."""
     bound = global_bindings(ctx, name)
     if not bound:
         return False
     ours = [s for s in ctx.module.body if isinstance(s, cst.FunctionDef) and s.name.value == name]
-    return True if all(any(n is s for s in ours) for n in bound) else None
-
-
-def renumber(module: cst.Module) -> cst.Module:
-    """Each call to the numbered helper with its own line as last argument."""
-    wrapper = MetadataWrapper(module)
-    positions = wrapper.resolve(PositionProvider)
-
-    class _Line(cst.CSTTransformer):
-        def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
-            if not (isinstance(original.func, cst.Name) and original.func.value == NUMBERED_HELPER and updated.args):
-                return updated
-            line = cst.Integer(str(positions[original].start.line))
-            return updated.with_changes(args=[*updated.args[:-1], updated.args[-1].with_changes(value=line)])
-
-    return wrapper.module.visit(_Line())
+    return True if all(any(n is s for s in ours) or generated.is_import(n) for n in bound) else None
 
 
 RECIPES = (LoggerToOp, LoggerToLeaf)

@@ -4,16 +4,16 @@ GB0007 ("call to a skipped function") is generic; these recipes only take
 ``warnings.warn`` calls. ``reorderable_logging_functions`` would not do:
 Dynamo refuses to reorder a call with a category argument (GB0296), drops
 keyword arguments of the calls it reorders, and drops the call altogether when
-it sits in an inlined function. The rewrite instead goes through a
-module-level helper that the compiled graph keeps, like ``logging_call``. Two
-helpers, the first preferred:
+it sits in an inlined function. The rewrite instead goes through a helper that
+the compiled graph keeps, like ``logging_call`` (in a package, from the
+package's generated ``_gbfix.py``). Two helpers, the first preferred:
 
-- ``warn-to-op``: a library op that writes to a 0-element tensor of the
-  module, like ``logger-to-op``'s, kept in order by inductor (``fullgraph=True``
-  and training included)::
+- ``warn-to-op``: ``gbfix_warn(message, category)`` hands the warning to a
+  library op that writes to a 0-element tensor (``op_helpers``), kept in order
+  by inductor (``fullgraph=True`` and training included)::
 
-      warnings.warn("msg", FutureWarning, stacklevel=2)  ->  _gbfix_warn("msg", "FutureWarning", 57)
-      warnings.warn(f"`{name}` is deprecated")           ->  _gbfix_warn(f"`{name}` is deprecated", "UserWarning", 9)
+      warnings.warn("msg", FutureWarning, stacklevel=2)  ->  gbfix_warn("msg", FutureWarning)
+      warnings.warn(f"`{name}` is deprecated")           ->  gbfix_warn(f"`{name}` is deprecated")
 
   The message may be an expression: the helper runs while Dynamo traces, and
   hands the text known then (a literal, an f-string of a helper's arguments)
@@ -24,21 +24,24 @@ helpers, the first preferred:
   the helper is warned by the helper itself, which breaks again there.
 
   Inside the op the Python stack is torch's, so the op does not call
-  ``warnings.warn``: it calls ``warnings.warn_explicit`` with this module's
-  file, the line of the call (57, written into the call when it is rewritten),
-  the module's name (what filters match) and its ``__warningregistry__``, as
-  ``warnings.warn(..., stacklevel=1)`` at that line does. So a stacklevel is
-  dropped: the warning points at the call's line, not at a caller (under
-  compile a stacklevel above 1 does not reach the user's caller anyway: it
-  lands in ``torch/nn/modules/module.py`` or ``torch/_dynamo/eval_frame.py``).
-  Message and category stay the same. The default filters decide on some
-  categories by module (``DeprecationWarning`` shows for ``__main__`` only),
-  so a stacklevel above 1 is only taken with a builtin category that no
-  default filter names (``UserWarning``, ``FutureWarning``, ...). In a helper
-  whose ``stacklevel=2`` blames its caller (``deprecate(name, version, msg)``),
-  the warning points at the helper's line instead: same text and category,
-  another file and line on stderr, and one registry entry for all callers. The line
-  number is not updated when lines above the call are added or removed later.
+  ``warnings.warn``: it calls ``warnings.warn_explicit`` with the caller's file
+  and line, its module's name (what filters match) and its
+  ``__warningregistry__``, as ``warnings.warn(..., stacklevel=1)`` at that line
+  does. The file and line are read while Dynamo traces the helper (from
+  Dynamo's own stack of the frames it traces), never written into the source:
+  lines added above the call later move the warning with it. Uncompiled, the
+  helper calls ``warnings.warn(message, category, stacklevel=2)``: the same
+  place. So a stacklevel is dropped: the warning points at the call's line,
+  not at a caller (under compile a stacklevel above 1 does not reach the
+  user's caller anyway: it lands in ``torch/nn/modules/module.py`` or
+  ``torch/_dynamo/eval_frame.py``). Message and category stay the same. The
+  default filters decide on some categories by module (``DeprecationWarning``
+  shows for ``__main__`` only), so a stacklevel above 1 is only taken with a
+  builtin category that no default filter names (``UserWarning``,
+  ``FutureWarning``, ...). In a helper whose ``stacklevel=2`` blames its caller
+  (``deprecate(name, version, msg)``), the warning points at the helper's line
+  instead: same text and category, another file and line on stderr, and one
+  registry entry for all callers.
 - ``warn-to-leaf``: a ``torch._dynamo.decorators.leaf_function`` that calls
   ``warnings.warn`` with the same message (any expression), category and
   stacklevel; it does not lower in inductor on torch 2.13, so the engine only
@@ -47,18 +50,20 @@ helpers, the first preferred:
       warnings.warn(f"m {n}", FutureWarning, stacklevel=2)  ->  _gbfix_warn_leaf(f"m {n}", "FutureWarning", 2)
 
   The warning is attributed to the helper's line in the same module (same
-  filters, same once-per-location registry).
+  filters, same once-per-location registry). A leaf function takes no class:
+  this helper stays in the module and finds the category by its name, so the
+  category must be a builtin or a module-global name.
 
-The category travels by name (neither helper can take a class), so it must be
-a builtin or a module-global name; a dotted category (``mod.MyWarning``),
-``source=``, ``skip_file_prefixes=``, a non-literal stacklevel and a message
-built as a Warning instance are declined.
+The category goes to ``gbfix_warn`` as the call wrote it (a name or a dotted
+name). ``source=``, ``skip_file_prefixes=``, a non-literal stacklevel and a
+message built as a Warning instance are declined.
 """
 
 from __future__ import annotations
 
 import libcst as cst
 
+from gbfix.recipes import op_helpers
 from gbfix.recipes.analysis import (
     builtin_at,
     call_at,
@@ -67,15 +72,7 @@ from gbfix.recipes.analysis import (
     qualified_names,
 )
 from gbfix.recipes.base import Decline, SiteContext
-from gbfix.recipes.logging_call import (
-    NUMBERED_HELPER,
-    OP_LIBRARY,
-    HelperRecipe,
-    arglist,
-    not_text_or_number,
-    parameter,
-    renumber,
-)
+from gbfix.recipes.logging_call import HelperRecipe, arglist, not_text_or_number, parameter
 from gbfix.recipes.print_call import format_fields, has_fstring, str_literal
 
 _PARAMS = ("message", "category", "stacklevel")
@@ -89,12 +86,11 @@ _SHOWN_EVERYWHERE = frozenset(
 
 
 class WarnRecipe(HelperRecipe):
-    """A ``warnings.warn`` call whose category the helper can find by name."""
+    """A ``warnings.warn`` call with a message, a category and a literal stacklevel at most."""
 
     codes = ("GB0007",)
     safety = "safe"
     rule = "GB0007"
-    helper_imports = ("torch", "warnings", "builtins")
 
     def match(self, ctx: SiteContext) -> cst.Call | None:
         call = call_at(ctx)
@@ -107,10 +103,7 @@ class WarnRecipe(HelperRecipe):
         if isinstance(message, cst.Call) and _callee(message).endswith("Warning"):
             return None  # a Warning instance: its class is the category
         category = bound.get("category")
-        if category is None:
-            if not builtin_at(ctx, call, "UserWarning"):
-                return None
-        elif not _by_name(ctx, category.value):
+        if category is not None and not _is_chain(category.value):
             return None
         stacklevel = bound.get("stacklevel")
         if stacklevel is not None and not isinstance(stacklevel.value, cst.Integer):
@@ -118,51 +111,12 @@ class WarnRecipe(HelperRecipe):
         self._bound = bound
         return call
 
-    def message_and_category(self, call: cst.Call) -> list[cst.Arg]:
-        bound = self._bound
-        category = bound.get("category")
-        name = cst.SimpleString(str_literal(category.value.value if category is not None else "UserWarning"))
-        return [bound["message"], cst.Arg(name) if category is None else category.with_changes(value=name)]
-
 
 class WarnToOp(WarnRecipe):
     name = "warn-to-op"
     requires = frozenset({"register_fake"})
-    shared = (OP_LIBRARY,)
-    summary = "warnings.warn(...) -> a library op that warns at run time, kept in order by inductor"
-    helper = NUMBERED_HELPER
-    helper_code = '''\
-def _gbfix_warn_impl(message, category, lineno, sink):
-    # Added by gbfix: the body of the op below, run at run time inside compiled
-    # graphs. The warning is attributed to line `lineno` of this module, with
-    # its filters and once-per-location registry, as warnings.warn there would.
-    # The category travels by name.
-    cls = globals()[category] if category in globals() else getattr(builtins, category)
-    registry = globals().setdefault("__warningregistry__", {})
-    warnings.warn_explicit(
-        message, cls, __file__, lineno, module=__name__, registry=registry, module_globals=globals()
-    )
-
-
-_gbfix_lib.define(f"warn_{_gbfix_tag}(str message, str category, int lineno, Tensor(a!) sink) -> ()")
-_gbfix_lib.impl(f"warn_{_gbfix_tag}", torch.compiler.disable(_gbfix_warn_impl), "CompositeExplicitAutograd")
-torch.library.register_fake(f"gbfix::warn_{_gbfix_tag}", lambda *args: None, lib=_gbfix_lib)
-_gbfix_warn_op = getattr(torch.ops.gbfix, f"warn_{_gbfix_tag}")
-
-
-def _gbfix_warn(message, category, lineno):
-    # Added by gbfix: runs while Dynamo traces. A message known then (a str) goes to
-    # the op; anything else is warned here, which Dynamo cannot trace.
-    if type(message) is str:
-        _gbfix_warn_op(message, category, lineno, _gbfix_sink)
-    else:
-        _gbfix_warn_impl(message, category, lineno, _gbfix_sink)
-'''
-
-    @classmethod
-    def finalize(cls, module: cst.Module) -> cst.Module:
-        """The helper's calls carry their own line, which any edit above them moves."""
-        return renumber(module) if NUMBERED_HELPER in module.code else module
+    summary = "warnings.warn(...) -> gbfix_warn(message, category): a library op that warns at run time, kept in order by inductor"
+    helper = op_helpers.WARN.name
 
     def observe(self, ctx: SiteContext) -> cst.FunctionDef | None:
         """The function holding the call, when the message is built from its parameters
@@ -196,12 +150,15 @@ def _gbfix_warn(message, category, lineno):
         return call
 
     def reroute(self, call: cst.Call) -> cst.Call:
-        assert self.ctx is not None
-        # The call keeps its line when replaced alone; adding a helper renumbers it.
-        line = cst.Integer(str(self.ctx.file.span(call)[0][0]))
+        """The call with the helper's name and without its stacklevel, laid out as it was."""
         stacklevel = self._bound.get("stacklevel")
-        where = cst.Arg(line) if stacklevel is None else stacklevel.with_changes(value=line)
-        return call.with_changes(func=cst.Name(self.helper), args=arglist(call, [*self.message_and_category(call), where]))
+        args = list(call.args)
+        if stacklevel is not None:
+            at = args.index(stacklevel)
+            del args[at]
+            if at == len(args) and args:  # it was last: the new last argument ends the list as it did
+                args[-1] = args[-1].with_changes(comma=stacklevel.comma, whitespace_after_arg=stacklevel.whitespace_after_arg)
+        return call.with_changes(func=cst.Name(self.helper), args=args)
 
 
 class WarnToLeaf(WarnRecipe):
@@ -209,6 +166,7 @@ class WarnToLeaf(WarnRecipe):
     requires = frozenset({"leaf_function"})
     summary = "warnings.warn(...) -> a module-level leaf_function helper that warns at run time, inside the graph"
     helper = "_gbfix_warn_leaf"
+    helper_imports = ("torch", "warnings", "builtins")
     helper_code = '''\
 @torch._dynamo.decorators.leaf_function
 def _gbfix_warn_leaf(message, category, stacklevel=1):
@@ -223,9 +181,25 @@ def _gbfix_warn_leaf_fake(message, category, stacklevel=1):
     return None
 '''
 
+    def match(self, ctx: SiteContext) -> cst.Call | None:
+        call = super().match(ctx)
+        if call is None:
+            return None
+        category = self._bound.get("category")
+        if category is None:
+            return call if builtin_at(ctx, call, "UserWarning") else None
+        return call if _by_name(ctx, category.value) else None
+
+    def message_and_category(self) -> list[cst.Arg]:
+        """The message, and the category by its name (the helper looks it up)."""
+        bound = self._bound
+        category = bound.get("category")
+        name = cst.SimpleString(str_literal(category.value.value if category is not None else "UserWarning"))
+        return [bound["message"], cst.Arg(name) if category is None else category.with_changes(value=name)]
+
     def reroute(self, call: cst.Call) -> cst.Call:
         stacklevel = self._bound.get("stacklevel")
-        args = [*self.message_and_category(call), *([stacklevel] if stacklevel is not None else [])]
+        args = [*self.message_and_category(), *([stacklevel] if stacklevel is not None else [])]
         return call.with_changes(func=cst.Name(self.helper), args=arglist(call, args))
 
 
@@ -250,6 +224,13 @@ def _bind(call: cst.Call) -> dict[str, cst.Arg] | None:
             return None
         bound[key] = arg
     return bound
+
+
+def _is_chain(node: cst.BaseExpression) -> bool:
+    """A name or a dotted name."""
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return isinstance(node, cst.Name)
 
 
 def _by_name(ctx: SiteContext, category: cst.BaseExpression) -> bool:

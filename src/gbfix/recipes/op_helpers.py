@@ -1,0 +1,188 @@
+"""The run-time code of print-to-op, warn-to-op and logger-to-op, as gbfix writes it.
+
+Each helper runs while Dynamo traces the call that replaced ``print``,
+``warnings.warn`` or a logger call, and hands what is to be printed to an op of
+the helpers' module, which prints it at run time. The op writes to a 0-element
+tensor, the sink: that write keeps it in the graph (an op with no output is dead
+code to inductor) and in order with the graph's other ops, also with
+``fullgraph=True`` and in training; unlike an effectful op (``with_effects``) it
+leaves the graph in inductor's FX graph cache, and a call costs a plain op call.
+
+Nothing here depends on where the calls are: what an op needs that is no tensor,
+text or number (a logger, a warning's category and the caller's file and line)
+is read while Dynamo traces, by ``comptime`` (Dynamo runs the function it is
+given with the tracer's state, and ignores it uncompiled), kept in a list of the
+process and passed to the op as its index.
+"""
+
+from __future__ import annotations
+
+from gbfix.generated import piece
+
+# The op namespace of the module holding the helpers (a package's _gbfix.py or a
+# script), and the sink. An op is defined once per process: a module reloaded or
+# imported again finds it, with the list of pinned objects its first copy made.
+OPS = piece("_gbfix_op", '''\
+# Each op is named after this module (ops are process-wide: another package's
+# helpers define their own), and writes to this 0-element tensor, which keeps it
+# in compiled graphs and in order.
+_gbfix_lib = torch.library.Library("gbfix", "FRAGMENT")
+_gbfix_tag = "".join(c if c.isalnum() else "_" for c in __name__)
+_gbfix_sink = torch.empty(0)
+# Objects an op needs at run time (an op takes no Python objects): pinned while
+# Dynamo traces, passed to the op as their index. One list per module name for
+# the process, whichever copy of this module defined the ops.
+_gbfix_pinned = torch.ops.gbfix.__dict__.setdefault(f"_pinned_{_gbfix_tag}", [])
+
+
+def _gbfix_op(name, schema, body):
+    # The op `name` of this module, which runs `body` at run time. The body is kept
+    # out of Dynamo: called from a frame Dynamo skipped, it would otherwise be
+    # compiled as a frame of its own.
+    qualname = f"{name}_{_gbfix_tag}"
+    if not hasattr(torch.ops.gbfix, qualname):
+        _gbfix_lib.define(f"{qualname}({schema}, Tensor(a!) sink) -> ()")
+        _gbfix_lib.impl(qualname, torch.compiler.disable(body), "CompositeExplicitAutograd")
+        torch.library.register_fake(f"gbfix::{qualname}", lambda *args: None, lib=_gbfix_lib)
+    return getattr(torch.ops.gbfix, qualname)
+
+
+def _gbfix_pin(ctx, op, value):
+    # Run by Dynamo right after the helper called `op` with index -1: that call's
+    # index becomes `value`'s in the pinned list.
+    index = next((i for i, v in enumerate(_gbfix_pinned) if v is value or (type(v) is tuple and v == value)), None)
+    if index is None:
+        _gbfix_pinned.append(value)
+        index = len(_gbfix_pinned) - 1
+    node = next(n for n in reversed(ctx.graph().nodes) if n.target in (op, op.default))
+    node.update_arg(0, index)
+''', public=False)
+
+PRINT = piece("gbfix_print", '''\
+def _gbfix_print_body(text, sink):
+    print(text)
+
+
+_gbfix_print_op = _gbfix_op("print", "str text", _gbfix_print_body)
+
+
+def gbfix_print(fmt, *values):
+    # print(fmt.format(*values)), kept in compiled graphs. Text known while Dynamo
+    # traces (strings, numbers) is printed by this module's op; a tensor, or a size
+    # that became symbolic, is formatted at run time by torch's print op.
+    if all([isinstance(v, (str, int, float, type(None))) for v in values]):
+        _gbfix_print_op(fmt.format(*values), _gbfix_sink)
+    else:
+        torch._higher_order_ops.print(fmt, *values)
+''', needs=(OPS.name,))
+
+# The caller's file and line come from Dynamo's stack of the frames it traces
+# (print_bt, the public form of it). Where Dynamo compiles gbfix_warn as a frame
+# of its own (called from a frame it skipped), the caller runs uncompiled: the
+# body finds it on the Python stack.
+WARN = piece("gbfix_warn", '''\
+_gbfix_modules = {}  # filename -> its module's globals, for the filters and the registry
+
+
+def _gbfix_warn_body(where, message, sink):
+    # As warnings.warn(message, category) at the caller's line does: this module's
+    # stack is torch's here, so the place is given (its module's name is what
+    # filters match, its __warningregistry__ what shows a warning once).
+    category, filename, lineno = _gbfix_pinned[where]
+    if filename is None:
+        frame = sys._getframe()
+        while (frame.f_code.co_name, frame.f_code.co_filename) != ("gbfix_warn", __file__):
+            frame = frame.f_back
+        filename, lineno = frame.f_back.f_code.co_filename, frame.f_back.f_lineno
+    if filename not in _gbfix_modules:
+        found = [vars(m) for m in list(sys.modules.values()) if getattr(m, "__file__", None) == filename]
+        _gbfix_modules[filename] = found[0] if found else {"__name__": filename.rsplit("/", 1)[-1].removesuffix(".py")}
+    names = _gbfix_modules[filename]
+    warnings.warn_explicit(
+        message, category, filename, lineno,
+        module=names["__name__"], registry=names.setdefault("__warningregistry__", {}), module_globals=names,
+    )
+
+
+_gbfix_warn_op = _gbfix_op("warn", "int where, str message", _gbfix_warn_body)
+
+
+def _gbfix_warn_place(ctx):
+    # Run by Dynamo: the category and the caller's file and line, for the op's call.
+    stack = io.StringIO()
+    ctx.parent().print_bt(file=stack)  # the traced frames, innermost last: '  File "f.py", line 9, in fn'
+    filename, lineno = None, 0
+    if '  File "' in stack.getvalue():
+        filename, rest = stack.getvalue().rsplit('  File "', 1)[1].split('", line ', 1)
+        lineno = int(rest.split(",", 1)[0])
+    _gbfix_pin(ctx, _gbfix_warn_op, (ctx.get_local("category").as_python_constant(), filename, lineno))
+
+
+def gbfix_warn(message, category=UserWarning):
+    # warnings.warn(message, category) at the caller's line, kept in compiled graphs.
+    # A message that is no text while Dynamo traces is warned here (Dynamo breaks).
+    if torch.compiler.is_compiling() and type(message) is str:
+        _gbfix_warn_op(-1, message, _gbfix_sink)
+        torch._dynamo.comptime.comptime(_gbfix_warn_place)
+    else:
+        warnings.warn(message, category, stacklevel=2)
+''', imports=(("io", None), ("sys", None), ("warnings", None), ("torch", None)), needs=(OPS.name,))
+
+# The logger's arguments reach the op by kind, as its schema types them: strings
+# as text, numbers (sizes and steps Dynamo made symbolic too) as Scalars, tensors
+# as tensors (computed by the graph before the op runs), None as a mark; the op
+# rebuilds them in order, so the logger's method gets the very arguments of the
+# original call: the record's msg/args and a `*_once` method's cache (keyed on
+# the arguments) are the same.
+LOG = piece("gbfix_log", '''\
+def _gbfix_log_body(logger, method, kinds, texts, numbers, tensors, sink):
+    # The arguments back in order (s: text, n: number, t: tensor, -: None). A leading
+    # "f": the first text is an f-string's template, formatted here with the values.
+    logger = _gbfix_pinned[logger]
+    if logger is None or type(logger) is str:
+        logger = logging.getLogger(logger)
+    texts, numbers, tensors = iter(texts), iter(numbers), iter(tensors)
+    pick = {"s": texts, "n": numbers, "t": tensors}
+    template = next(texts) if kinds.startswith("f") else None
+    args = [next(pick[k]) if k in pick else None for k in kinds.removeprefix("f")]
+    if template is not None:
+        args = [template.format(*args)]
+    getattr(logger, method)(*args)
+
+
+_gbfix_log_op = _gbfix_op(
+    "log", "int logger, str method, str kinds, str[] texts, Scalar[] numbers, Tensor[] tensors", _gbfix_log_body
+)
+
+
+def _gbfix_log_logger(ctx):
+    # Run by Dynamo: the logger object itself (Dynamo can neither pass a Logger to a
+    # function nor read its name; its tracker holds it), or the name it was given as.
+    value = ctx.get_local("logger")
+    if not value.is_python_constant():
+        tracked = value._i_will_not_complain_if_bc_breaks_VariableTracker()
+        value = getattr(tracked, "realize", lambda: tracked)()
+    _gbfix_pin(ctx, _gbfix_log_op, value.as_python_constant() if value.is_python_constant() else value.value)
+
+
+def gbfix_log(logger, method, *args, template=False):
+    # getattr(logger, method)(*args), kept in compiled graphs; `logger` is a logger or
+    # a name logging.getLogger takes. Strings, numbers (exact types: a subclass would
+    # print differently), tensors and None go to the op; anything else is logged here
+    # (Dynamo breaks). With a template (an f-string's), args[0] is the template.
+    kinds = {str: "s", int: "n", float: "n", bool: "n", type(None): "-"}
+    values = args[1:] if template else args
+    of = "".join(["t" if isinstance(a, torch.Tensor) else kinds.get(type(a), "?") for a in values])
+    if torch.compiler.is_compiling() and "?" not in of:
+        texts = [a for a, k in zip(values, of) if k == "s"]
+        numbers = [a for a, k in zip(values, of) if k == "n"]
+        tensors = [a for a, k in zip(values, of) if k == "t"]
+        if template:
+            of, texts = "f" + of, [args[0], *texts]
+        _gbfix_log_op(-1, method, of, texts, numbers, tensors, _gbfix_sink)
+        torch._dynamo.comptime.comptime(_gbfix_log_logger)
+    else:
+        if logger is None or type(logger) is str:
+            logger = logging.getLogger(logger)
+        getattr(logger, method)(*([args[0].format(*values)] if template else args))
+''', imports=(("logging", None), ("torch", None)), needs=(OPS.name,))
