@@ -27,18 +27,20 @@ def rewrite_at(
     code: str,
     capabilities: frozenset[str] = ALL_CAPABILITIES,
     observed: dict[int, tuple[ObservedCall, ...]] | None = None,
+    path: Path = Path("/virtual/example.py"),
 ) -> str | None:
     """Apply one recipe at a hand-made site (character columns) without running torch.
 
     ``observed`` maps the first line of a def (decorators included) to the
-    calls an uncompiled run would have observed. Returns the rewritten source,
-    or None when the recipe declines.
+    calls an uncompiled run would have observed. ``path``: where the file is
+    (in a package, the helpers go to its generated module). Returns the
+    rewritten source, or None when the recipe declines.
     """
     source = textwrap.dedent(source)
     data = source.encode()
-    parsed = ParsedFile(SourceFile(Path("/virtual/example.py"), data, source, "utf-8"))
-    brk = Break(causes=(Cause(code, code, ""),), stack=(Frame("/virtual/example.py", line, col, end_col, "f"),))
-    site = Site(Path("/virtual/example.py"), line, col, end_col, brk)
+    parsed = ParsedFile(SourceFile(path, data, source, "utf-8"))
+    brk = Break(causes=(Cause(code, code, ""),), stack=(Frame(str(path), line, col, end_col, "f"),))
+    site = Site(path, line, col, end_col, brk)
     seen = {(site.path, ln): calls for ln, calls in (observed or {}).items()}
     ctx = SiteContext(site, parsed.node_at(line, col, end_col), parsed, capabilities, seen)
     rw = recipe().propose(ctx)

@@ -159,13 +159,13 @@ def sort_by_key(body: str, needle: str) -> list[str] | None:
     out = at(src, needle, SortByKey, "GB0207")
     if out is None:
         return None
-    assert "def _gbfix_pickable(xs):" in out and "def _gbfix_sorted_by_key(xs, key, reverse=False):" in out
+    assert "def gbfix_pickable(xs):" in out and "def gbfix_sorted_by_key(xs, key, reverse=False):" in out
     ast.parse(out)
-    helpers = {line.strip() for line in (sorting._PICKABLE_CODE + sorting._SORTED_CODE).splitlines()}
+    helpers = {line.strip() for line in (sorting._PICKABLE.code + sorting._SORTED.code).splitlines()}
     return [line for line in changed(src, out) if line not in helpers]
 
 
-FAST = "_gbfix_sorted_by_key"
+FAST = "gbfix_sorted_by_key"
 
 
 @pytest.mark.parametrize(
@@ -174,32 +174,32 @@ FAST = "_gbfix_sorted_by_key"
         (  # sorted, a lambda key, stacked
             "return torch.stack(sorted(xs, key=lambda t: t.sum()))",
             "sorted(xs, key=lambda t: t.sum())",
-            [f"return torch.stack(({FAST}(xs, key=lambda t: t.sum()) if _gbfix_pickable(xs) else sorted(xs, key=lambda t: t.sum())))"],
+            [f"return torch.stack(({FAST}(xs, key=lambda t: t.sum()) if gbfix_pickable(xs) else sorted(xs, key=lambda t: t.sum())))"],
         ),
         (  # a named key, reversed, the first element read
             "return x * sorted(self.cands, key=score, reverse=True)[0]",
             "sorted(self.cands, key=score, reverse=True)",
-            [f"return x * ({FAST}(self.cands, key=score, reverse=True) if _gbfix_pickable(self.cands) else sorted(self.cands, key=score, reverse=True))[0]"],
+            [f"return x * ({FAST}(self.cands, key=score, reverse=True) if gbfix_pickable(self.cands) else sorted(self.cands, key=score, reverse=True))[0]"],
         ),
         (  # in a local: sliced into torch.cat, its length
             "ranked = sorted(xs, key=score)\nreturn torch.cat(ranked[:2]) / len(ranked)",
             "sorted(xs, key=score)",
-            [f"ranked = ({FAST}(xs, key=score) if _gbfix_pickable(xs) else sorted(xs, key=score))"],
+            [f"ranked = ({FAST}(xs, key=score) if gbfix_pickable(xs) else sorted(xs, key=score))"],
         ),
         (  # iterated by a loop and by a comprehension
             "for y in sorted(xs, key=score):\n    x = x + y\nreturn [y * 2 for y in sorted(self.cands, key=score)], x",
             "sorted(xs, key=score)",
-            [f"for y in ({FAST}(xs, key=score) if _gbfix_pickable(xs) else sorted(xs, key=score)):"],
+            [f"for y in ({FAST}(xs, key=score) if gbfix_pickable(xs) else sorted(xs, key=score)):"],
         ),
         (  # list.sort of a comprehension
             "ys = [x * i for i in range(3)]\nys.sort(key=lambda t: -t.norm())\nreturn torch.stack(ys)",
             "ys.sort(key=lambda t: -t.norm())",
-            ["if _gbfix_pickable(ys):", f"ys[:] = {FAST}(ys, key=lambda t: -t.norm())", "else:", "ys.sort(key=lambda t: -t.norm())"],
+            ["if gbfix_pickable(ys):", f"ys[:] = {FAST}(ys, key=lambda t: -t.norm())", "else:", "ys.sort(key=lambda t: -t.norm())"],
         ),
         (  # list.sort of list(...), read before and after
             "ys = list(xs)\nlo = ys[0].sum()\nys.sort(key=score, reverse=True)\nreturn ys[0] + ys[-1] + lo",
             "ys.sort(key=score, reverse=True)",
-            ["if _gbfix_pickable(ys):", f"ys[:] = {FAST}(ys, key=score, reverse=True)", "else:", "ys.sort(key=score, reverse=True)"],
+            ["if gbfix_pickable(ys):", f"ys[:] = {FAST}(ys, key=score, reverse=True)", "else:", "ys.sort(key=score, reverse=True)"],
         ),
     ],
 )
@@ -285,9 +285,9 @@ def pick(body: str, needle: str) -> list[str] | None:
     out = at(src, needle, PickByKey, "GB0193")
     if out is None:
         return None
-    assert "def _gbfix_pickable(xs):" in out and "def _gbfix_pick_by_key(pick, xs, key):" in out
+    assert "def gbfix_pickable(xs):" in out and "def gbfix_pick_by_key(pick, xs, key):" in out
     ast.parse(out)
-    helpers = {line.strip() for line in (sorting._PICKABLE_CODE + sorting._PICK_CODE).splitlines()}
+    helpers = {line.strip() for line in (sorting._PICKABLE.code + sorting._PICK.code).splitlines()}
     return [line for line in changed(src, out) if line not in helpers]
 
 
@@ -297,27 +297,27 @@ def pick(body: str, needle: str) -> list[str] | None:
         (  # a lambda key, the result in a local
             "best = max(xs, key=lambda t: t.sum())\nreturn x + best",
             "max(xs, key=lambda t: t.sum())",
-            "best = (_gbfix_pick_by_key(max, xs, key=lambda t: t.sum()) if _gbfix_pickable(xs) else max(xs, key=lambda t: t.sum()))",
+            "best = (gbfix_pick_by_key(max, xs, key=lambda t: t.sum()) if gbfix_pickable(xs) else max(xs, key=lambda t: t.sum()))",
         ),
         (  # added in place to another tensor
             "x += max(xs, key=score)\nreturn x",
             "max(xs, key=score)",
-            "x += (_gbfix_pick_by_key(max, xs, key=score) if _gbfix_pickable(xs) else max(xs, key=score))",
+            "x += (gbfix_pick_by_key(max, xs, key=score) if gbfix_pickable(xs) else max(xs, key=score))",
         ),
         (  # a named key, min, inline
             "return x * min(xs, key=score)",
             "min(xs, key=score)",
-            "return x * (_gbfix_pick_by_key(min, xs, key=score) if _gbfix_pickable(xs) else min(xs, key=score))",
+            "return x * (gbfix_pick_by_key(min, xs, key=score) if gbfix_pickable(xs) else min(xs, key=score))",
         ),
         (  # an attribute list, read through a view and a torch function
             "best = max(self.cands, key=score)\ny = torch.cat([best.view(-1), x])\nreturn y.sum()",
             "max(self.cands, key=score)",
-            "best = (_gbfix_pick_by_key(max, self.cands, key=score) if _gbfix_pickable(self.cands) else max(self.cands, key=score))",
+            "best = (gbfix_pick_by_key(max, self.cands, key=score) if gbfix_pickable(self.cands) else max(self.cands, key=score))",
         ),
         (  # a method's result and a comparison
             "return (min(xs, key=lambda t: t.abs().max()).softmax(-1) > 0.5).float()",
             "min(xs, key=lambda t: t.abs().max())",
-            "return ((_gbfix_pick_by_key(min, xs, key=lambda t: t.abs().max()) if _gbfix_pickable(xs) else min(xs, key=lambda t: t.abs().max())).softmax(-1) > 0.5).float()",
+            "return ((gbfix_pick_by_key(min, xs, key=lambda t: t.abs().max()) if gbfix_pickable(xs) else min(xs, key=lambda t: t.abs().max())).softmax(-1) > 0.5).float()",
         ),
     ],
 )
@@ -362,16 +362,16 @@ def test_pick_declines_a_shadowed_builtin_and_a_taken_helper_name():
     body = "return x * max(xs, key=score)"
     src = textwrap.dedent(PICK).replace("{body}", body)
     assert at("max = lambda *a, **k: None\n" + src, "max(xs, key=score)", PickByKey, "GB0193") is None
-    assert at(src + "\n_gbfix_pickable = None\n", "max(xs, key=score)", PickByKey, "GB0193") is None
+    assert at(src + "\ngbfix_pickable = None\n", "max(xs, key=score)", PickByKey, "GB0193") is None
 
 
 def _pick_helpers() -> types.SimpleNamespace:
     """The helpers as the recipes write them, defined for a run."""
     torch = pytest.importorskip("torch")
     space: dict = {"torch": torch}
-    exec(sorting._PICKABLE_CODE + "\n" + sorting._PICK_CODE + "\n" + sorting._SORTED_CODE, space)
+    exec(sorting._PICKABLE.code + "\n" + sorting._PICK.code + "\n" + sorting._SORTED.code, space)
     return types.SimpleNamespace(
-        torch=torch, pickable=space["_gbfix_pickable"], pick=space["_gbfix_pick_by_key"], sorted=space["_gbfix_sorted_by_key"]
+        torch=torch, pickable=space["gbfix_pickable"], pick=space["gbfix_pick_by_key"], sorted=space["gbfix_sorted_by_key"]
     )
 
 

@@ -38,27 +38,27 @@ def _call(line: str) -> str | None:
     [
         (
             "alpha_prev = self.alphas_cumprod[prev_t] if prev_t >= 0 else self.one",
-            "alpha_prev = _gbfix_index_or(prev_t >= 0, self.alphas_cumprod, prev_t, self.one)",
+            "alpha_prev = gbfix_index_or(prev_t >= 0, self.alphas_cumprod, prev_t, self.one)",
         ),
         (  # the arms swapped: the test negated as a tensor, not as a comparison (NaN)
             "alpha_prev = self.one if prev_t < 0 else self.alphas_cumprod[prev_t]",
-            "alpha_prev = _gbfix_index_or(torch.logical_not(prev_t < 0), self.alphas_cumprod, prev_t, self.one)",
+            "alpha_prev = gbfix_index_or(torch.logical_not(prev_t < 0), self.alphas_cumprod, prev_t, self.one)",
         ),
         (  # the index inline, the bound written > -1
             "alpha_prev = self.alphas_cumprod[t - k] if t - k > -1 else self.final",
-            "alpha_prev = _gbfix_index_or(t - k > -1, self.alphas_cumprod, t - k, self.final)",
+            "alpha_prev = gbfix_index_or(t - k > -1, self.alphas_cumprod, t - k, self.final)",
         ),
         (  # an upper bound
             "alpha_prev = self.ac[prev_t] if prev_t < len(self.ac) else self.one",
-            "alpha_prev = _gbfix_index_or(prev_t < len(self.ac), self.ac, prev_t, self.one)",
+            "alpha_prev = gbfix_index_or(prev_t < len(self.ac), self.ac, prev_t, self.one)",
         ),
         (  # both bounds, chained or with `and`: `&` of the comparisons
             "alpha_prev = self.ac[prev_t] if 0 <= prev_t < self.ac.shape[0] else self.one",
-            "alpha_prev = _gbfix_index_or((0 <= prev_t) & (prev_t < self.ac.shape[0]), self.ac, prev_t, self.one)",
+            "alpha_prev = gbfix_index_or((0 <= prev_t) & (prev_t < self.ac.shape[0]), self.ac, prev_t, self.one)",
         ),
         (
             "alpha_prev = self.ac[prev_t] if prev_t >= 0 and prev_t < self.ac.size(0) else self.one",
-            "alpha_prev = _gbfix_index_or((prev_t >= 0) & (prev_t < self.ac.size(0)), self.ac, prev_t, self.one)",
+            "alpha_prev = gbfix_index_or((prev_t >= 0) & (prev_t < self.ac.size(0)), self.ac, prev_t, self.one)",
         ),
     ],
 )
@@ -81,15 +81,15 @@ def test_rewrites_the_statement_form_in_a_module_function_with_its_comments():
     """
     out = rewrite_line(source, GuardedIndex, "if t < len", "GB0170")
     assert changed(source, out)[-6:] == [
-        "alpha = _gbfix_index_or(",
+        "alpha = gbfix_index_or(",
         "t < len(alphas_cumprod),",
         "alphas_cumprod,",
         "t,",
         "alphas_cumprod.new_ones(()),",
         ")",
     ]
-    assert "    # past the end: a clean sample\n    alpha = _gbfix_index_or(" in out
-    assert out.count("def _gbfix_index_or(") == 1
+    assert "    # past the end: a clean sample\n    alpha = gbfix_index_or(" in out
+    assert out.count("def gbfix_index_or(") == 1
 
 
 NEXT = """\
@@ -108,7 +108,7 @@ def next_timestep(timesteps, index):
 def test_rewrites_a_test_of_what_the_index_is_made_of_with_the_arms_swapped():
     out = rewrite_line(NEXT.format(use="return prev_t >= 0"), GuardedIndex, "if index ==", "GB0170")
     assert changed(NEXT.format(use="return prev_t >= 0"), out)[-6:] == [
-        "prev_t = _gbfix_index_or(",
+        "prev_t = gbfix_index_or(",
         "torch.logical_not(index == timesteps.shape[0] - 1),",
         "timesteps,",
         "index + 1,",
@@ -140,7 +140,7 @@ def test_declines(line):
 
 def test_declines_a_taken_helper_name_and_an_elif():
     source = METHOD.format(line="alpha_prev = self.ac[prev_t] if prev_t >= 0 else self.one")
-    assert rewrite_line(source + "\n_gbfix_index_or = None\n", GuardedIndex, "alpha_prev =", "GB0170") is None
+    assert rewrite_line(source + "\ngbfix_index_or = None\n", GuardedIndex, "alpha_prev =", "GB0170") is None
     source = textwrap.dedent("""\
     import torch
 
@@ -164,8 +164,8 @@ def test_declines_a_taken_helper_name_and_an_elif():
 def index_or():
     torch = pytest.importorskip("torch")
     space: dict = {"torch": torch}
-    exec(guarded_index.HELPER_CODE, space)  # noqa: S102 - the helper as the recipe writes it
-    return torch, space[guarded_index.HELPER]
+    exec(guarded_index.HELPER.code, space)  # noqa: S102 - the helper as the recipe writes it
+    return torch, space[guarded_index.HELPER.name]
 
 
 def _outcome(fn):

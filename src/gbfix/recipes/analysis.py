@@ -21,6 +21,7 @@ from collections.abc import Iterator
 import libcst as cst
 from libcst.metadata import BuiltinAssignment, FunctionScope
 
+from gbfix import generated
 from gbfix.recipes.base import SiteContext
 from gbfix.recipes.tree import param_names, walk
 from gbfix.recipes.vocabulary import ALIASING
@@ -369,5 +370,6 @@ def _torch_argument(ctx: SiteContext, node: cst.BaseExpression) -> bool:
 
 
 def taken(ctx: SiteContext, helper: str) -> bool:
-    """The module binds ``helper`` to something else than a function (gbfix's)."""
-    return any(not isinstance(n, cst.FunctionDef) for n in global_bindings(ctx, helper))
+    """The module binds ``helper`` to something else than a function or an import
+    from the package's generated module (gbfix's)."""
+    return any(not isinstance(n, cst.FunctionDef) and not generated.is_import(n) for n in global_bindings(ctx, helper))

@@ -6,7 +6,7 @@ default past its end (`self.alphas_cumprod[prev_t] if prev_t >= 0 else self.one`
 `i`, a negative one included, and broadcasts and promotes `A[i]` against `B`. So
 ``guarded-index`` routes the lookup through a module-level helper::
 
-    x = A[i] if i >= 0 else B    ->    x = _gbfix_index_or(i >= 0, A, i, B)
+    x = A[i] if i >= 0 else B    ->    x = gbfix_index_or(i >= 0, A, i, B)
 
 which, for what Dynamo knows while tracing (a non-empty 1-d table, one integer
 index, a default tensor of the index's shape and the table's dtype and device),
@@ -33,6 +33,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata.scope_provider import FunctionScope
 
+from gbfix.generated import piece
 from gbfix.recipes.analysis import (
     changed_in_place,
     only_read,
@@ -44,9 +45,8 @@ from gbfix.recipes.base import Decline, Recipe, SiteContext
 from gbfix.recipes.branch import fit, make_call, single, statement
 from gbfix.recipes.tree import variable_names, walk
 
-HELPER = "_gbfix_index_or"
-HELPER_CODE = '''\
-def _gbfix_index_or(ok, table, index, default):
+HELPER = piece("gbfix_index_or", '''\
+def gbfix_index_or(ok, table, index, default):
     # Added by gbfix: `table[index] if ok else default`, where `ok` tests `index`.
     # When Dynamo can tell while tracing that torch.where gives the same tensor (a
     # non-empty 1-d table, one integer index, a default of the index's shape and the
@@ -64,7 +64,7 @@ def _gbfix_index_or(ok, table, index, default):
         inside = torch.where(ok, index, 0).reshape(1)
         return torch.where(ok, table[inside].reshape(index.shape), default)
     return table[index] if ok else default
-'''
+''')
 
 _ORDER = (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual, cst.Equal, cst.NotEqual)
 
@@ -183,11 +183,11 @@ class GuardedIndex(Recipe):
             raise Decline("the function changes the table or the default in place: the original's pick may be a view of it")
         if not self._only_read(ctx, node):
             raise Decline("the picked tensor is not only read: the original's is the table's element or the default itself, the rewrite's a copy")
-        if taken(ctx, HELPER):
-            raise Decline(f"the module binds {HELPER} to something else")
+        if taken(ctx, HELPER.name):
+            raise Decline(f"the module binds {HELPER.name} to something else")
         if negate:
             ok = make_call("torch.logical_not", ok)
-        self._call = cst.Call(cst.Name(HELPER), [cst.Arg(e) for e in (ok, table, index, default)])
+        self._call = cst.Call(cst.Name(HELPER.name), [cst.Arg(e) for e in (ok, table, index, default)])
         up = ctx.file.parent(node)
         return up if isinstance(up, cst.Assign) and up.value is node else node  # a statement: laid out to fit
 
@@ -231,8 +231,7 @@ class GuardedIndex(Recipe):
         return bool(refs) and all(isinstance(r, cst.Name) and only_read(ctx, r) for r in refs)
 
     def rewrite(self, node: cst.CSTNode) -> cst.CSTNode:
-        self.need_import("torch")
-        self.need_helper(HELPER, HELPER_CODE)
+        self.need_helper(HELPER.name, HELPER.code)
         if isinstance(node, cst.IfExp):
             return self._call
         column = self.ctx.file.span(node)[0][1]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-HELPER_PREFIX = "_gbfix_"  # what the names of the helpers gbfix adds start with
+HELPER_PREFIXES = ("_gbfix_", "gbfix_")  # what the names of the helpers gbfix adds start with
 
 
 def after_imports(module: cst.Module) -> int:
@@ -80,11 +80,11 @@ def _is_helper(stmt: cst.BaseStatement) -> bool:
     registration call on them."""
     names = _defines(stmt)
     if names:
-        return all(n.startswith(HELPER_PREFIX) for n in names)
+        return all(n.startswith(HELPER_PREFIXES) for n in names)
     return (
         isinstance(stmt, cst.SimpleStatementLine)
         and all(isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) for small in stmt.body)
-        and HELPER_PREFIX in cst.Module(body=[stmt]).code
+        and "gbfix_" in cst.Module(body=[stmt]).code
     )
 
 

@@ -61,6 +61,8 @@ from typing import ClassVar
 
 import libcst as cst
 
+from gbfix import generated
+from gbfix.recipes import op_helpers
 from gbfix.recipes.analysis import (
     builtin_at,
     call_at,
@@ -68,8 +70,6 @@ from gbfix.recipes.analysis import (
     is_module_global,
     qualified_names,
 )
-from gbfix import generated
-from gbfix.recipes import op_helpers
 from gbfix.recipes.base import Decline, Recipe, SiteContext
 from gbfix.recipes.print_call import format_fields, has_fstring, str_literal
 from gbfix.recipes.tree import nodes
@@ -109,8 +109,13 @@ class HelperRecipe(Recipe):
             return None  # the helper returns None: only a call whose result is unused
         if _defines(ctx, self.helper) is None:
             return None  # the name is taken by something else
-        if generated.home(ctx.site.path, ctx.module) is None and not generated.imports_torch(ctx.module):
-            raise Decline("the module does not import torch, and the helper, which would be added to it, does")
+        if generated.home(ctx.site.path, ctx.module) is None:
+            # the helper goes into this file, with the imports it needs
+            if not generated.imports_torch(ctx.module):
+                raise Decline("the module does not import torch, and the helper, which would be added to it, does")
+            for module, _ in (imp for p in generated.closure([self.helper]) for imp in p.imports):
+                if any(not _imports_itself(n, module) for n in global_bindings(ctx, module)):
+                    raise Decline(f"the module binds `{module}` to something else than the module the helper imports")
         return call
 
     def rewrite(self, node: cst.CSTNode) -> cst.CSTNode:
@@ -422,6 +427,13 @@ def _logger_name(ctx: SiteContext, node: cst.BaseExpression) -> cst.BaseExpressi
     if isinstance(name, cst.Name) and name.value == "__name__" and builtin_at(ctx, name, "__name__"):
         return name
     return None
+
+
+def _imports_itself(node: cst.CSTNode, module: str) -> bool:
+    """``node`` is ``import module`` (so the name is bound to that module)."""
+    return isinstance(node, cst.Import) and any(
+        a.asname is None and cst.Module(body=[]).code_for_node(a.name) == module for a in node.names
+    )
 
 
 def _defines(ctx: SiteContext, name: str) -> bool | None:

@@ -34,12 +34,12 @@ read (its length, its elements only read, slices of it, the first argument of
 
     top = torch.stack(sorted(xs, key=f, reverse=True)[:k])
     ->
-    top = torch.stack((_gbfix_sorted_by_key(xs, key=f, reverse=True) if _gbfix_pickable(xs) else sorted(xs, key=f, reverse=True))[:k])
+    top = torch.stack((gbfix_sorted_by_key(xs, key=f, reverse=True) if gbfix_pickable(xs) else sorted(xs, key=f, reverse=True))[:k])
 
 and ``xs.sort(key=f)`` of a list the function made (a display, a
 comprehension, ``list(...)``) whose other uses only read it, as
-``if _gbfix_pickable(xs): xs[:] = _gbfix_sorted_by_key(xs, key=f) else:
-xs.sort(key=f)``. ``_gbfix_pickable`` is pick-by-key's (below): the sorted
+``if gbfix_pickable(xs): xs[:] = gbfix_sorted_by_key(xs, key=f) else:
+xs.sort(key=f)``. ``gbfix_pickable`` is pick-by-key's (below): the sorted
 tensors are copies, rows of ``torch.stack(xs)`` put in the order of a stable
 argsort of the stacked keys, which is Python's order, ties and ``reverse``
 included, as above; keys that are Python numbers are sorted by Python. NaN
@@ -52,16 +52,16 @@ take no ``key`` (an invalid call to the builtin's handler). ``pick-by-key``
 
     best = max(xs, key=f)
     ->
-    best = (_gbfix_pick_by_key(max, xs, key=f) if _gbfix_pickable(xs) else max(xs, key=f))
+    best = (gbfix_pick_by_key(max, xs, key=f) if gbfix_pickable(xs) else max(xs, key=f))
 
-``_gbfix_pickable`` (a helper added once per module, as is the other) holds for
+``gbfix_pickable`` (a helper added once per package or file, as is the other) holds for
 a list or tuple of contiguous tensors of one shape, dtype and device that
 autograd does not record (grad mode off, or none requires grad); Dynamo decides
 it while tracing (types, shapes and grad mode are guarded). Everything else
 (objects holding tensors such as beam hypotheses, mixed shapes, a graph that
 needs gradients, where a stacked pick would give the unpicked tensors zero
 gradients instead of none) runs the builtin, unchanged, and still breaks on
-that line, where the verifier sees it. ``_gbfix_pick_by_key`` calls the key
+that line, where the verifier sees it. ``gbfix_pick_by_key`` calls the key
 once per element in order, as the builtin does; Python-number keys go through
 the builtin's own loop (``keys[i] > keys[best]``), tensor keys through
 ``argmax``/``argmin``, which also keep the first best key, with NaN keys masked
@@ -79,6 +79,7 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import FunctionScope
 
+from gbfix.generated import piece
 from gbfix.recipes.analysis import (
     call_at,
     keyword_args,
@@ -228,10 +229,9 @@ class SortedRangeToArgsort(Recipe):
 
 _EQ = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
 
-_PICKABLE = "_gbfix_pickable"
-_PICKABLE_CODE = '''\
-def _gbfix_pickable(xs):
-    # Added by gbfix: whether _gbfix_pick_by_key may stand in for the builtin max or
+_PICKABLE = piece("gbfix_pickable", '''\
+def gbfix_pickable(xs):
+    # Added by gbfix: whether gbfix_pick_by_key may stand in for the builtin max or
     # min over xs: a list or tuple of contiguous tensors of one shape, dtype and
     # device that autograd does not record (what it returns is a copy).
     if not isinstance(xs, (list, tuple)) or not xs or not all(isinstance(x, torch.Tensor) for x in xs):
@@ -243,10 +243,9 @@ def _gbfix_pickable(xs):
         x.shape == first.shape and x.dtype == first.dtype and x.device == first.device and x.is_contiguous()
         for x in xs
     )
-'''
-_PICK = "_gbfix_pick_by_key"
-_PICK_CODE = '''\
-def _gbfix_pick_by_key(pick, xs, key):
+''')
+_PICK = piece("gbfix_pick_by_key", '''\
+def gbfix_pick_by_key(pick, xs, key):
     # Added by gbfix: the builtin pick (max or min) of xs by key, in tensor ops that
     # torch.compile keeps in its graph. As with the builtin, key is called once per
     # element in order, the first best key wins, and a NaN key only when it comes
@@ -266,13 +265,12 @@ def _gbfix_pick_by_key(pick, xs, key):
     if nan is not None:
         best = torch.where(nan[0], 0, best)
     return torch.stack(xs)[best.reshape(1)][0]
-'''
+''')
 
-_SORTED = "_gbfix_sorted_by_key"
-_SORTED_CODE = '''\
-def _gbfix_sorted_by_key(xs, key, reverse=False):
+_SORTED = piece("gbfix_sorted_by_key", '''\
+def gbfix_sorted_by_key(xs, key, reverse=False):
     # Added by gbfix: sorted(xs, key=key, reverse=reverse) in tensor ops that
-    # torch.compile keeps in its graph, for xs that passed _gbfix_pickable: copies of
+    # torch.compile keeps in its graph, for xs that passed gbfix_pickable: copies of
     # the tensors, in Python's order. Python's sort is stable, reversed too (equal
     # keys keep their order), as a stable argsort is; the key is called once per
     # element in order. Keys that are Python numbers are sorted as Python does.
@@ -281,7 +279,7 @@ def _gbfix_sorted_by_key(xs, key, reverse=False):
         return [xs[i] for i in sorted(range(len(xs)), key=keys.__getitem__, reverse=reverse)]
     order = torch.argsort(torch.stack([k.reshape(()) for k in keys]), stable=True, descending=reverse)
     return list(torch.stack(xs)[order].unbind(0))
-'''
+''')
 # torch functions that copy the tensors of a list argument into a new one.
 _COPYING = frozenset("stack cat concat concatenate vstack hstack dstack row_stack column_stack".split())
 
@@ -337,7 +335,7 @@ class PickByKey(Recipe):
             return None  # several positional arguments compare those; `default=` has no tensor form
         if not _reference(positional[0].value):
             raise Decline("the iterable is not a name: it would be evaluated twice")
-        if any(taken(ctx, helper) for helper in (_PICKABLE, _PICK)):
+        if any(taken(ctx, helper.name) for helper in (_PICKABLE, _PICK)):
             raise Decline("the module binds a helper's name to something else")
         if not only_read(ctx, call):
             raise Decline("the picked tensor is not only read: a copy of it would show")
@@ -345,13 +343,12 @@ class PickByKey(Recipe):
 
     def rewrite(self, node: cst.CSTNode) -> Replacement:
         assert isinstance(node, cst.Call)
-        self.need_import("torch")
-        self.need_helper(_PICKABLE, _PICKABLE_CODE)
-        self.need_helper(_PICK, _PICK_CODE)
+        for helper in (_PICKABLE, _PICK):
+            self.need_helper(helper.name, helper.code)
         bare = node.with_changes(lpar=[], rpar=[])
         xs = next(a.value for a in node.args if a.keyword is None)
         pick = cst.Arg(bare.func, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        return _if_pickable(xs, bare.with_changes(func=cst.Name(_PICK), args=[pick, *bare.args]), bare)
+        return _if_pickable(xs, bare.with_changes(func=cst.Name(_PICK.name), args=[pick, *bare.args]), bare)
 
 
 class SortByKey(Recipe):
@@ -383,7 +380,7 @@ class SortByKey(Recipe):
             node = self._list_sort(ctx, call)
         else:
             return None
-        if any(taken(ctx, helper) for helper in (_PICKABLE, _SORTED)):
+        if any(taken(ctx, helper.name) for helper in (_PICKABLE, _SORTED)):
             raise Decline("the module binds a helper's name to something else")
         return node
 
@@ -413,21 +410,20 @@ class SortByKey(Recipe):
         return stmt
 
     def rewrite(self, node: cst.CSTNode) -> Replacement:
-        self.need_import("torch")
-        self.need_helper(_PICKABLE, _PICKABLE_CODE)
-        self.need_helper(_SORTED, _SORTED_CODE)
+        for helper in (_PICKABLE, _SORTED):
+            self.need_helper(helper.name, helper.code)
         if self._in_place is None:  # sorted(xs, ...)
             assert isinstance(node, cst.Call)
             bare = node.with_changes(lpar=[], rpar=[])
             xs = next(a.value for a in node.args if a.keyword is None)
-            return _if_pickable(xs, bare.with_changes(func=cst.Name(_SORTED)), bare)
+            return _if_pickable(xs, bare.with_changes(func=cst.Name(_SORTED.name)), bare)
         assert isinstance(node, cst.SimpleStatementLine)  # xs.sort(...): the builtin stays in the else
         xs, args = self._in_place, node.body[0].value.args
         comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
         everything = cst.Subscript(xs, [cst.SubscriptElement(cst.Slice(lower=None, upper=None))])
-        sort = cst.Call(cst.Name(_SORTED), [cst.Arg(xs, comma=comma), *args])
+        sort = cst.Call(cst.Name(_SORTED.name), [cst.Arg(xs, comma=comma), *args])
         return cst.If(
-            test=cst.Call(cst.Name(_PICKABLE), [cst.Arg(xs)]),
+            test=cst.Call(cst.Name(_PICKABLE.name), [cst.Arg(xs)]),
             body=cst.IndentedBlock([cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(everything)], sort)])]),
             orelse=cst.Else(cst.IndentedBlock([node.with_changes(leading_lines=[])])),
             leading_lines=node.leading_lines,
@@ -435,10 +431,10 @@ class SortByKey(Recipe):
 
 
 def _if_pickable(xs: cst.BaseExpression, fast: cst.BaseExpression, builtin: cst.BaseExpression) -> cst.IfExp:
-    """``(fast if _gbfix_pickable(xs) else builtin)``: the builtin, unchanged, for anything else."""
+    """``(fast if gbfix_pickable(xs) else builtin)``: the builtin, unchanged, for anything else."""
     space = cst.SimpleWhitespace(" ")
     return cst.IfExp(
-        test=cst.Call(cst.Name(_PICKABLE), [cst.Arg(xs)]), body=fast, orelse=builtin,
+        test=cst.Call(cst.Name(_PICKABLE.name), [cst.Arg(xs)]), body=fast, orelse=builtin,
         lpar=[cst.LeftParen()], rpar=[cst.RightParen()],
         whitespace_before_if=space, whitespace_after_if=space, whitespace_before_else=space, whitespace_after_else=space,
     )
