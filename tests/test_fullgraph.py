@@ -30,4 +30,4 @@ def test_fullgraph_refused_while_breaks_remain(tmp_path):
     assert "run.py:7:13: GB0109 " in proc.stdout  # the break that remains, with why
     text = (root / "run.py").read_text()
     assert "fullgraph" not in text
-    assert "_gbfix_print(" in text  # the verified edit is still applied
+    assert "gbfix_print(" in text  # the verified edit is still applied

@@ -185,7 +185,7 @@ def test_rendered_dom_lists_each_break_with_its_verdict(chromium, fixed, tmp_pat
     assert "Failed to trace builtin operator (Dynamo's page)" in text
     assert '8 print("step <b>&amp;</b>", x.shape)' in lines  # the excerpt's line, as text
     assert "Fixed by print-to-op (verified; --apply writes it): re-run, the break is gone and the program behaves the same." in text
-    assert '+ _gbfix_print("step <b>&amp;</b> {}", str(x.shape))' in lines
+    assert '+ gbfix_print("step <b>&amp;</b> {}", str(x.shape))' in lines
     # int(t): the config route was tried and rejected, with the reason and the escape hatch
     assert "GB0124 not fixable pkg/model.py:9:9" in text
     assert "Not fixable: rejected: the edit breaks in a new way (Data-dependent expression now breaks at line 10)" in text

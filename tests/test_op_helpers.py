@@ -60,7 +60,7 @@ def test_ops_run_once_per_call_in_order_and_stay_cacheable(tmp_path: Path):
     source = rewrite_line(source, LoggerToOp, 'logger.info("third")', "GB0291")
     source = rewrite_line(source, WarnToOp, "warnings.warn(", "GB0007")
     source = rewrite_line(source, PrintToOp, "print(f\"rows", "GB0059")
-    assert "logger.info(" not in source and "warnings.warn(" not in source and "print(f\"rows" not in source
+    assert '    logger.info("' not in source and '    warnings.warn("' not in source and "print(f\"rows" not in source
     script = tmp_path / "model.py"
     script.write_text(source, encoding="utf-8")
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
@@ -113,4 +113,4 @@ def test_prints_through_the_op_and_torchs_print_op_keep_their_order_on_inductor(
     assert [(o.edit.recipe, o.status) for o in result.outcomes] == [("print-to-op", "applied")] * 3
     assert result.remaining == 0 and result.final is not None and not result.final.output_mismatch
     [fixed] = result.fixed.values()
-    assert b'_gbfix_print("mid {!s}", y.detach().sum())' in fixed
+    assert b'gbfix_print("mid {!s}", y.detach().sum())' in fixed
