@@ -36,17 +36,30 @@ def rewrite_at(
     (in a package, the helpers go to its generated module). Returns the
     rewritten source, or None when the recipe declines.
     """
-    source = textwrap.dedent(source)
-    data = source.encode()
-    parsed = ParsedFile(SourceFile(path, data, source, "utf-8"))
-    brk = Break(causes=(Cause(code, code, ""),), stack=(Frame(str(path), line, col, end_col, "f"),))
-    site = Site(path, line, col, end_col, brk)
-    seen = {(site.path, ln): calls for ln, calls in (observed or {}).items()}
-    ctx = SiteContext(site, parsed.node_at(line, col, end_col), parsed, capabilities, seen)
+    ctx = site_context(source, line, col, end_col, code, capabilities, observed, path)
     rw = recipe().propose(ctx)
     if rw is None:
         return None
-    return edits.apply(parsed, [rw.edit(0, site, recipe, parsed)]).decode()
+    return edits.apply(ctx.file, [rw.edit(0, ctx.site, recipe, ctx.file)]).decode()
+
+
+def site_context(
+    source: str,
+    line: int,
+    col: int | None,
+    end_col: int | None,
+    code: str,
+    capabilities: frozenset[str] = ALL_CAPABILITIES,
+    observed: dict[int, tuple[ObservedCall, ...]] | None = None,
+    path: Path = Path("/virtual/example.py"),
+) -> SiteContext:
+    """A recipe's view of a hand-made site (see ``rewrite_at``)."""
+    source = textwrap.dedent(source)
+    parsed = ParsedFile(SourceFile(path, source.encode(), source, "utf-8"))
+    brk = Break(causes=(Cause(code, code, ""),), stack=(Frame(str(path), line, col, end_col, "f"),))
+    site = Site(path, line, col, end_col, brk)
+    seen = {(site.path, ln): calls for ln, calls in (observed or {}).items()}
+    return SiteContext(site, parsed.node_at(line, col, end_col), parsed, capabilities, seen)
 
 
 def line_site(source: str, needle: str, nth: int = 0) -> tuple[int, int, int]:

@@ -92,7 +92,7 @@ def home(path: Path, module: cst.Module) -> Home | None:
     """The generated module for the file at ``path``, or None to keep the helpers in
     the file: not in a package (no ``__init__.py`` beside it), or run as a script."""
     top = path.parent
-    if not (top / "__init__.py").is_file() or path.name == FILENAME or _is_script(module):
+    if not (top / "__init__.py").is_file() or path.name == FILENAME or is_script(module):
         return None
     level = 1
     while (top.parent / "__init__.py").is_file() and top.parent != top:
@@ -100,8 +100,8 @@ def home(path: Path, module: cst.Module) -> Home | None:
     return Home(top / FILENAME, level)
 
 
-def _is_script(module: cst.Module) -> bool:
-    """An ``if __name__ == "__main__":`` block at the top level."""
+def is_script(module: cst.Module) -> bool:
+    """An ``if __name__ == "__main__":`` block at the top level: the module is run as a program."""
     for stmt in module.body:
         if isinstance(stmt, cst.If) and "__main__" in cst.Module(body=[]).code_for_node(stmt.test):
             return True

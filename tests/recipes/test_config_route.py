@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from gbfix.recipes.config_route import AllowRnn, CaptureDynamicOutputShapeOps, CaptureScalarOutputs, TraceAutogradOps
-from tests.helpers import ALL_CAPABILITIES, rewrite_at
+from tests.helpers import ALL_CAPABILITIES, rewrite_at, site_context
 
 SOURCE = '''\
 """Loss helpers."""
@@ -18,6 +18,10 @@ import torch.nn.functional as F
 def token_loss(logits, labels):
     loss_sum = F.cross_entropy(logits, labels, reduction="sum")
     return loss_sum / (labels != -100).sum().item()
+
+
+if __name__ == "__main__":
+    print(token_loss(torch.randn(4, 3), torch.tensor([0, 1, 2, -100])))
 '''
 
 
@@ -50,6 +54,7 @@ def test_assignment_goes_after_the_imports_with_its_reason():
     ],
 )
 def test_each_route_sets_its_own_option(recipe, option):
+    # the entry script: the program starts here
     out = at(SOURCE, recipe)
     assert f"\ntorch._dynamo.config.{option} = True\n" in out
     assert out.count("torch._dynamo.config.") == 1
@@ -107,7 +112,18 @@ def test_the_same_edit_for_two_sites_in_one_file():
 )
 def test_scalar_route_declines_a_read_that_feeds_an_assert(check):
     """Traced, the assert becomes a runtime assert of the graph: a RuntimeError, not an AssertionError."""
-    source = f"import torch\n\n\ndef check(lengths, slen):\n    {check}\n    return lengths\n"
+    source = f"import torch\n\n\ndef check(lengths, slen):\n    {check}\n    return lengths\n\n\nif __name__ == \"__main__\":\n    check(torch.ones(2), 3)\n"
     assert at(source, CaptureScalarOutputs, needle="lengths.max().item()") is None
     spelled_as_a_statement = source.replace(check, "n = lengths.max().item()")
     assert at(spelled_as_a_statement, CaptureScalarOutputs, needle="lengths.max().item()") is not None
+
+
+@pytest.mark.parametrize("recipe", [CaptureScalarOutputs, CaptureDynamicOutputShapeOps, AllowRnn, TraceAutogradOps])
+def test_a_module_others_import_gets_no_process_wide_setting(recipe):
+    # a library or model module: importing it would change every compiled function of the program
+    source = SOURCE[: SOURCE.index('\n\nif __name__ == "__main__":')] + "\n"
+    line = next(n for n, text in enumerate(source.splitlines(), 1) if ".item()" in text)
+    col = source.splitlines()[line - 1].index("(labels")
+    proposer = recipe()
+    assert proposer.propose(site_context(source, line, col, col + len("(labels != -100).sum().item()"), "GB0124")) is None
+    assert "process-wide" in proposer.declined and "where the program starts" in proposer.declined

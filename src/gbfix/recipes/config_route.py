@@ -4,7 +4,10 @@
 graph with ``capture_scalar_outputs``; ``nonzero``, boolean-mask indexing and
 one-argument ``torch.where`` (GB0036) with ``capture_dynamic_output_shape_ops``;
 ``nn.LSTM``/``GRU``/``RNN`` (GB0014) with ``allow_rnn``. Each is one
-module-level assignment after the imports of the file that breaks:
+module-level assignment after the imports of the file that breaks, when that
+file is the program's entry (a script: it has an ``if __name__ == "__main__":``
+block); a module others import is declined, since importing it would change
+every compiled function of the program:
 
     torch._dynamo.config.capture_scalar_outputs = True
 
@@ -21,6 +24,7 @@ from typing import ClassVar
 
 import libcst as cst
 
+from gbfix import generated
 from gbfix.recipes.base import Decline, Recipe, SiteContext
 from gbfix.recipes.layout import after_imports
 
@@ -35,6 +39,12 @@ class _ConfigRoute(Recipe):
         # Set in this file already (to either value): the user decided, or it did not help.
         if f"config.{self.option}" in ctx.module.code:
             return None
+        if not generated.is_script(ctx.module):
+            # importing a module must not change every compiled function of the program
+            raise Decline(
+                f"torch._dynamo.config.{self.option} is process-wide: it belongs where the program starts "
+                "(the entry script, before the first compiled call), not in a module others import"
+            )
         at = after_imports(ctx.module)
         last = ctx.module.body[at - 1] if at else None
         if not (isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[0], (cst.Import, cst.ImportFrom))):

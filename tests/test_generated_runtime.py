@@ -1,0 +1,129 @@
+"""The generated module's helpers in real torch processes: where a warning points
+(the caller's line, read while Dynamo traces, never written into the source), a
+logger no name finds, a reloaded module, and two packages' helpers in one process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from gbfix import generated
+
+MODEL = """\
+import logging
+import sys
+
+import torch
+
+from ._gbfix import gbfix_log, gbfix_warn
+
+# a logger no name finds: logging.getLogger("detached") is another one
+logger = logging.Logger("detached")
+logger.addHandler(logging.StreamHandler(sys.stdout))
+logging.getLogger("detached").addHandler(logging.StreamHandler(sys.stdout))
+logging.getLogger("detached").handlers[0].setFormatter(logging.Formatter("WRONG LOGGER %(message)s"))
+
+
+def forward(x):
+    y = x * 2
+    gbfix_warn(
+        "deprecated",
+        FutureWarning,
+    )
+    gbfix_log(logger, "warning", "sum %s", y.sum())
+    return y + 1
+
+
+def skipped(x):
+    for _ in range(2):
+        torch._dynamo.graph_break()  # a break in a loop: Dynamo skips the frame, compiles the helper alone
+        gbfix_warn("own frame")
+    return x
+"""
+
+RUN = """\
+import importlib
+import sys
+import warnings
+
+import torch
+
+import {pkg}.model as model
+
+warnings.simplefilter("always")
+backend = sys.argv[1]
+f = torch.compile(model.forward, fullgraph=True, backend=backend)
+x = torch.ones(3, requires_grad=True)
+f(x).sum().backward()
+f(x)
+torch.compile(model.skipped, backend=backend)(x)
+if len(sys.argv) > 2:  # the helpers' module reloaded: the ops are found again, not defined twice
+    importlib.reload(sys.modules["{pkg}._gbfix"])
+    importlib.reload(model)
+    torch._dynamo.reset()
+    torch.compile(model.forward, fullgraph=True, backend=backend)(x)
+print("done")
+"""
+
+
+def _package(root: Path, name: str, model: str = MODEL) -> Path:
+    pkg = root / name
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "_gbfix.py").write_bytes(generated.render({"gbfix_log", "gbfix_warn", "gbfix_print"}))
+    (pkg / "model.py").write_text(model)
+    return pkg
+
+
+def _run(root: Path, *args: str, script: str = "run.py") -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, script, *args], cwd=root, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def _line(path: Path, needle: str) -> int:
+    return next(i for i, text in enumerate(path.read_text().splitlines(), 1) if needle in text)
+
+
+def test_warnings_point_at_the_caller_and_follow_lines_added_above(tmp_path: Path):
+    pkg = _package(tmp_path, "pkg")
+    (tmp_path / "run.py").write_text(RUN.format(pkg="pkg"))
+    model = pkg / "model.py"
+    for backend in ("inductor", "eager"):
+        proc = _run(tmp_path, backend)
+        call, own = _line(model, "    gbfix_warn("), _line(model, 'gbfix_warn("own frame")')
+        # twice compiled with fullgraph (a backward between), each time once: the caller's line, not the helper's
+        assert proc.stderr.count(f"{model}:{call}: FutureWarning: deprecated") == 2, proc.stderr
+        assert proc.stderr.count(f"{model}:{own}: UserWarning: own frame") == 2, proc.stderr
+        assert "_gbfix.py" not in proc.stderr
+        # the logger itself logged the record (with its tensor), not the one its name finds
+        assert proc.stdout.count("sum tensor(6.") == 2 and "WRONG LOGGER" not in proc.stdout
+    # three lines added above the call: the warning moves with it
+    model.write_text(model.read_text().replace("def forward(x):\n", "def forward(x):\n    # one\n    # two\n    # three\n"))
+    proc = _run(tmp_path, "inductor")
+    assert proc.stderr.count(f"{model}:{call + 3}: FutureWarning: deprecated") == 2, proc.stderr
+
+
+def test_two_packages_in_one_process_and_a_reload(tmp_path: Path):
+    for name in ("first", "second"):
+        _package(tmp_path, name)
+        (tmp_path / f"run_{name}.py").write_text(RUN.format(pkg=name))
+    both = "import runpy, sys\nsys.argv = ['x', 'eager', 'reload']\nrunpy.run_path('run_first.py')\nrunpy.run_path('run_second.py')\n"
+    (tmp_path / "both.py").write_text(both)
+    proc = _run(tmp_path, script="both.py")
+    assert proc.stdout.count("done") == 2
+    for name in ("first", "second"):
+        model = tmp_path / name / "model.py"
+        assert proc.stderr.count(f"{model}:{_line(model, '    gbfix_warn(')}: FutureWarning: deprecated") == 3, proc.stderr
+    assert "already" not in proc.stderr and "Overriding" not in proc.stderr
+
+
+def test_the_rendered_module_is_one_function_of_the_names(tmp_path: Path):
+    one = generated.render({"gbfix_warn", "gbfix_print"})
+    assert one == generated.render({"gbfix_print", "gbfix_warn"})
+    assert one.count(b"_gbfix_lib = torch.library.Library(") == 1 and b"def gbfix_log(" not in one
+    text = one.decode()
+    assert text.startswith("# @generated by gbfix") and "globals()[" not in text
+    compile(textwrap.dedent(text), "_gbfix.py", "exec")
