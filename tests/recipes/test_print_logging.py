@@ -185,7 +185,7 @@ def test_print_op_calls_the_helper_with_print_to_hops_format():
     out = _print_op('print(f"block {i}: {tuple(x.shape)}")')
     assert '    gbfix_print("block {}: {}", i, str(tuple(x.shape)))\n' in out
     assert out.count("_gbfix_lib = torch.library.Library(") == 1
-    assert '_gbfix_print_op = _gbfix_op("print", "str text", _gbfix_print_body)' in out
+    assert '_gbfix_print_op = _gbfix_op("print", "str text", lambda text, sink: print(text))' in out
     # the helper picks the route while Dynamo traces: the op for constants, torch's print op otherwise
     assert "    if all([isinstance(v, (str, int, float, type(None))) for v in values]):\n" in out
     assert "        _gbfix_print_op(fmt.format(*values), _gbfix_sink)\n" in out
@@ -272,7 +272,7 @@ def test_logging_op_helper():
     lines = out.splitlines()
     at = lines.index("import torch") + 3
     # the op library and sink come first, with their comment, then the op and the helper
-    assert lines[at] == "# Each op is named after this module (ops are process-wide: another package's"
+    assert lines[at] == "# Ops named after this module (ops are process-wide), each writing to this"
     assert '_gbfix_lib = torch.library.Library("gbfix", "FRAGMENT")' in lines
     assert lines.index("_gbfix_sink = torch.empty(0)") < lines.index("def _gbfix_log_body(logger, method, kinds, texts, numbers, tensors, sink):")
     assert lines.index("def _gbfix_op(name, schema, body):") < lines.index("def gbfix_log(logger, method, *args, template=False):")
@@ -721,7 +721,7 @@ def test_warn_op_keeps_a_multiline_call_layout():
 
 def test_warn_op_helper_and_imports():
     out = rewrite_line(WARN_MODULE.replace("{stmt}", 'warnings.warn("m")'), WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES)
-    assert out.startswith("import warnings\n\nimport torch\nimport io\nimport sys\n\n\n# Each op is named after this module")
+    assert out.startswith("import warnings\n\nimport torch\nimport io\nimport sys\n\n\n# Ops named after this module")
     assert "builtins" not in out and "globals()[" not in out
     assert out.count("def gbfix_warn(") == 1
     assert "    warnings.warn_explicit(\n" in out

@@ -23,22 +23,19 @@ from gbfix.generated import piece
 # script), and the sink. An op is defined once per process: a module reloaded or
 # imported again finds it, with the list of pinned objects its first copy made.
 OPS = piece("_gbfix_op", '''\
-# Each op is named after this module (ops are process-wide: another package's
-# helpers define their own), and writes to this 0-element tensor, which keeps it
-# in compiled graphs and in order.
+# Ops named after this module (ops are process-wide), each writing to this
+# 0-element tensor: that keeps it in compiled graphs, in order.
 _gbfix_lib = torch.library.Library("gbfix", "FRAGMENT")
 _gbfix_tag = "".join(c if c.isalnum() else "_" for c in __name__)
 _gbfix_sink = torch.empty(0)
-# Objects an op needs at run time (an op takes no Python objects): pinned while
-# Dynamo traces, passed to the op as their index. One list per module name for
-# the process, whichever copy of this module defined the ops.
+# What an op needs that it cannot take (a logger, a class), pinned while Dynamo
+# traces and passed as an index; one list per process, kept across reloads.
 _gbfix_pinned = torch.ops.gbfix.__dict__.setdefault(f"_pinned_{_gbfix_tag}", [])
 
 
 def _gbfix_op(name, schema, body):
-    # The op `name` of this module, which runs `body` at run time. The body is kept
-    # out of Dynamo: called from a frame Dynamo skipped, it would otherwise be
-    # compiled as a frame of its own.
+    # Defined once per process; the body is kept out of Dynamo, which would
+    # otherwise compile it as a frame of its own when called from a skipped frame.
     qualname = f"{name}_{_gbfix_tag}"
     if not hasattr(torch.ops.gbfix, qualname):
         _gbfix_lib.define(f"{qualname}({schema}, Tensor(a!) sink) -> ()")
@@ -48,8 +45,7 @@ def _gbfix_op(name, schema, body):
 
 
 def _gbfix_pin(ctx, op, value):
-    # Run by Dynamo right after the helper called `op` with index -1: that call's
-    # index becomes `value`'s in the pinned list.
+    # Run by Dynamo (comptime) right after a helper called `op` with index -1.
     index = next((i for i, v in enumerate(_gbfix_pinned) if v is value or (type(v) is tuple and v == value)), None)
     if index is None:
         _gbfix_pinned.append(value)
@@ -59,17 +55,12 @@ def _gbfix_pin(ctx, op, value):
 ''', public=False)
 
 PRINT = piece("gbfix_print", '''\
-def _gbfix_print_body(text, sink):
-    print(text)
-
-
-_gbfix_print_op = _gbfix_op("print", "str text", _gbfix_print_body)
+_gbfix_print_op = _gbfix_op("print", "str text", lambda text, sink: print(text))
 
 
 def gbfix_print(fmt, *values):
-    # print(fmt.format(*values)), kept in compiled graphs. Text known while Dynamo
-    # traces (strings, numbers) is printed by this module's op; a tensor, or a size
-    # that became symbolic, is formatted at run time by torch's print op.
+    # print(fmt.format(*values)) in compiled graphs: text known while tracing goes
+    # to the op, tensors and symbolic sizes to torch's print op.
     if all([isinstance(v, (str, int, float, type(None))) for v in values]):
         _gbfix_print_op(fmt.format(*values), _gbfix_sink)
     else:
@@ -81,15 +72,13 @@ def gbfix_print(fmt, *values):
 # of its own (called from a frame it skipped), the caller runs uncompiled: the
 # body finds it on the Python stack.
 WARN = piece("gbfix_warn", '''\
-_gbfix_modules = {}  # filename -> its module's globals, for the filters and the registry
+_gbfix_modules = {}  # filename -> its module's globals (its name and warning registry)
 
 
 def _gbfix_warn_body(where, message, sink):
-    # As warnings.warn(message, category) at the caller's line does: this module's
-    # stack is torch's here, so the place is given (its module's name is what
-    # filters match, its __warningregistry__ what shows a warning once).
+    # warnings.warn at the caller's line, with that module's filters and registry.
     category, filename, lineno = _gbfix_pinned[where]
-    if filename is None:
+    if filename is None:  # gbfix_warn was compiled alone: its caller runs uncompiled
         frame = sys._getframe()
         while (frame.f_code.co_name, frame.f_code.co_filename) != ("gbfix_warn", __file__):
             frame = frame.f_back
@@ -108,19 +97,21 @@ _gbfix_warn_op = _gbfix_op("warn", "int where, str message", _gbfix_warn_body)
 
 
 def _gbfix_warn_place(ctx):
-    # Run by Dynamo: the category and the caller's file and line, for the op's call.
+    # Run by Dynamo: the category, and the caller's file and line from the frames
+    # Dynamo traces (innermost last, as '  File "f.py", line 9, in fn').
     stack = io.StringIO()
-    ctx.parent().print_bt(file=stack)  # the traced frames, innermost last: '  File "f.py", line 9, in fn'
+    ctx.parent().print_bt(file=stack)
+    frames = [line for line in stack.getvalue().splitlines() if line.startswith('  File "')]
     filename, lineno = None, 0
-    if '  File "' in stack.getvalue():
-        filename, rest = stack.getvalue().rsplit('  File "', 1)[1].split('", line ', 1)
+    if frames:
+        filename, rest = frames[-1][len('  File "') :].rsplit('", line ', 1)
         lineno = int(rest.split(",", 1)[0])
     _gbfix_pin(ctx, _gbfix_warn_op, (ctx.get_local("category").as_python_constant(), filename, lineno))
 
 
 def gbfix_warn(message, category=UserWarning):
-    # warnings.warn(message, category) at the caller's line, kept in compiled graphs.
-    # A message that is no text while Dynamo traces is warned here (Dynamo breaks).
+    # warnings.warn(message, category) at the caller's line, in compiled graphs
+    # (a message that is no text while tracing is warned here: Dynamo breaks).
     if torch.compiler.is_compiling() and type(message) is str:
         _gbfix_warn_op(-1, message, _gbfix_sink)
         torch._dynamo.comptime.comptime(_gbfix_warn_place)
@@ -136,8 +127,8 @@ def gbfix_warn(message, category=UserWarning):
 # the arguments) are the same.
 LOG = piece("gbfix_log", '''\
 def _gbfix_log_body(logger, method, kinds, texts, numbers, tensors, sink):
-    # The arguments back in order (s: text, n: number, t: tensor, -: None). A leading
-    # "f": the first text is an f-string's template, formatted here with the values.
+    # The arguments back in order (s: text, n: number, t: tensor, -: None); after
+    # an "f", the first text is an f-string's template, formatted here.
     logger = _gbfix_pinned[logger]
     if logger is None or type(logger) is str:
         logger = logging.getLogger(logger)
@@ -156,8 +147,8 @@ _gbfix_log_op = _gbfix_op(
 
 
 def _gbfix_log_logger(ctx):
-    # Run by Dynamo: the logger object itself (Dynamo can neither pass a Logger to a
-    # function nor read its name; its tracker holds it), or the name it was given as.
+    # Run by Dynamo: the logger itself (no op takes a Logger, and Dynamo cannot read
+    # its name: its tracker holds it), or the name logging.getLogger takes.
     value = ctx.get_local("logger")
     if not value.is_python_constant():
         tracked = value._i_will_not_complain_if_bc_breaks_VariableTracker()
@@ -166,10 +157,9 @@ def _gbfix_log_logger(ctx):
 
 
 def gbfix_log(logger, method, *args, template=False):
-    # getattr(logger, method)(*args), kept in compiled graphs; `logger` is a logger or
-    # a name logging.getLogger takes. Strings, numbers (exact types: a subclass would
-    # print differently), tensors and None go to the op; anything else is logged here
-    # (Dynamo breaks). With a template (an f-string's), args[0] is the template.
+    # getattr(logger, method)(*args) in compiled graphs (`logger`: a logger or its
+    # name). Strings, numbers (exact types), tensors and None go to the op; anything
+    # else is logged here (Dynamo breaks). template: args[0] is an f-string's.
     kinds = {str: "s", int: "n", float: "n", bool: "n", type(None): "-"}
     values = args[1:] if template else args
     of = "".join(["t" if isinstance(a, torch.Tensor) else kinds.get(type(a), "?") for a in values])
