@@ -141,3 +141,29 @@ def test_a_module_in_a_subpackage_imports_from_the_top_package(tmp_path: Path):
     # a second edit of the module merges its import, and the module is rendered again the same
     twice = rewrite_line(out.replace("    return x", "    print('y')\n    return x"), PrintToOp, "print('y')", "GB0059", path=sub / "m.py")
     assert "from .._gbfix import gbfix_log, gbfix_print\n" in twice and twice.count("_gbfix import") == 1
+
+
+def test_the_overlay_serves_a_module_not_on_disk_yet(tmp_path: Path):
+    from gbfix.child.overlay import OverlayFinder
+
+    pkg = tmp_path / "ovpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "user.py").write_text("VALUE = 1\n")
+    edited = tmp_path / "edited.py"
+    edited.write_text("from ._gbfix import helper\nVALUE = helper()\n")
+    new = tmp_path / "new.py"
+    new.write_text("def helper():\n    return 2\n")
+    finder = OverlayFinder({str(pkg / "user.py"): str(edited), str(pkg / "_gbfix.py"): str(new)})
+    sys.path.insert(0, str(tmp_path))
+    finder.install()
+    try:
+        import ovpkg.user  # type: ignore[import-not-found]
+
+        assert ovpkg.user.VALUE == 2 and sys.modules["ovpkg._gbfix"].__file__ == str(pkg / "_gbfix.py")
+    finally:
+        sys.meta_path.remove(finder)
+        sys.path.remove(str(tmp_path))
+        for name in ("ovpkg", "ovpkg.user", "ovpkg._gbfix"):
+            sys.modules.pop(name, None)
+    assert not (pkg / "_gbfix.py").exists()

@@ -166,7 +166,7 @@ class LoggerToOp(LoggerRecipe):
     name = "logger-to-op"
     codes = ("GB0291", "GB6215")  # GB6215: Dynamo first breaks inside logging.getLogger(...) written inline
     requires = frozenset({"register_fake"})
-    summary = "logger.<level>(...) -> gbfix_log(logger, ...): a library op that logs at run time with the same arguments, kept in order by inductor"
+    summary = "logger.<level>(...) -> a library op that logs at run time with the same arguments, kept in order by inductor"
     helper = op_helpers.LOG.name
 
     def observe(self, ctx: SiteContext) -> cst.FunctionDef | None:

@@ -115,7 +115,7 @@ class WarnRecipe(HelperRecipe):
 class WarnToOp(WarnRecipe):
     name = "warn-to-op"
     requires = frozenset({"register_fake"})
-    summary = "warnings.warn(...) -> gbfix_warn(message, category): a library op that warns at run time, kept in order by inductor"
+    summary = "warnings.warn(...) -> a library op that warns at run time, kept in order by inductor"
     helper = op_helpers.WARN.name
 
     def observe(self, ctx: SiteContext) -> cst.FunctionDef | None:
