@@ -167,3 +167,18 @@ def test_the_overlay_serves_a_module_not_on_disk_yet(tmp_path: Path):
         for name in ("ovpkg", "ovpkg.user", "ovpkg._gbfix"):
             sys.modules.pop(name, None)
     assert not (pkg / "_gbfix.py").exists()
+
+
+def test_lint_finds_nothing_in_the_generated_module(tmp_path: Path):
+    # its uncompiled fallback (warnings.warn) is reached from compiled code: marked as such
+    pkg = tmp_path / "lintpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "_gbfix.py").write_bytes(generated.render({"gbfix_print", "gbfix_warn", "gbfix_log"}))
+    (pkg / "model.py").write_text(
+        "import logging\n\nimport torch\n\nfrom ._gbfix import gbfix_log, gbfix_warn\n\nlogger = logging.getLogger(__name__)\n\n\n"
+        "def step(x):\n    gbfix_warn('old', FutureWarning)\n    gbfix_log(logger, 'info', 'x')\n    return x + 1\n\n\n"
+        "compiled = torch.compile(step)\n"
+    )
+    proc = run_gbfix("lint", "lintpkg", cwd=tmp_path)
+    assert "_gbfix.py" not in proc.stdout, proc.stdout

@@ -116,7 +116,7 @@ def gbfix_warn(message, category=UserWarning):
         _gbfix_warn_op(-1, message, _gbfix_sink)
         torch._dynamo.comptime.comptime(_gbfix_warn_place)
     else:
-        warnings.warn(message, category, stacklevel=2)
+        warnings.warn(message, category, stacklevel=2)  # gbfix: ignore[GB0007] (uncompiled)
 ''', imports=(("io", None), ("sys", None), ("warnings", None), ("torch", None)), needs=(OPS.name,))
 
 # The logger's arguments reach the op by kind, as its schema types them: strings
