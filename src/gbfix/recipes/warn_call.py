@@ -72,7 +72,12 @@ from gbfix.recipes.analysis import (
     qualified_names,
 )
 from gbfix.recipes.base import Decline, SiteContext
-from gbfix.recipes.logging_call import HelperRecipe, arglist, not_text_or_number, parameter
+from gbfix.recipes.logging_call import (
+    HelperRecipe,
+    arglist,
+    not_text_or_number,
+    parameter,
+)
 from gbfix.recipes.print_call import format_fields, has_fstring, str_literal
 
 _PARAMS = ("message", "category", "stacklevel")
