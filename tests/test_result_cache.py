@@ -35,6 +35,9 @@ def runs(tmp_path_factory):
     out["left_after_reuse"] = processes_in(root)  # the worker booted early, then not needed
     out["apply"] = gbfix("--apply")
     out["applied"] = blocks.read_bytes()
+    generated = root / "pkg" / "_gbfix.py"  # the package's helpers, new with the edit
+    out["generated"] = generated.read_bytes()
+    generated.unlink()
     blocks.write_bytes(original)  # back to the code the cached result is for...
     with open(root / "run.py", "a", encoding="utf-8") as f:
         f.write("# changed\n")  # ...but a file outside the targets that the program runs changed
@@ -68,9 +71,12 @@ def test_apply_after_dry_run_writes_the_reused_edits(runs):
     assert applied.returncode == 0, applied.stderr
     assert REUSED in applied.stderr and "wrote pkg/blocks.py" in applied.stderr
     assert runs["applied"] != runs["original"]
+    written = runs["applied"]
     for line in runs["fresh"].stdout.splitlines():  # what the dry run showed is what was written
-        if line.startswith("+") and not line.startswith("+++"):
-            assert line[1:].encode() in runs["applied"]
+        if line.startswith("+++ "):
+            written = runs["generated"] if line.endswith("/_gbfix.py") else runs["applied"]
+        elif line.startswith("+"):
+            assert line[1:].encode() in written
 
 
 @pytest.mark.parametrize("case", ["script_changed", "no_cache", "corrupt"])

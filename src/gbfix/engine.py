@@ -706,7 +706,7 @@ def fix(
         result_cache.key(entry, opts, targets) if cache else None,
         Result,
         run,
-        lambda r: (*r.baseline.sources, *(r.final.sources if r.final else ())),
+        _loaded,
         targets,
     )
     if not reused:
@@ -715,6 +715,14 @@ def fix(
     # This run ran nothing: the earlier run's count of runs is not this one's.
     notes = [n for n in result.notes if n != runs_note(result.entry, result.runs, result.baseline)]
     return replace(result, runs=0, seconds=0.0, notes=(*notes, result_cache.REUSED.format(what="verified result")))
+
+
+def _loaded(result: Result) -> list[str]:
+    """The files the result's runs loaded, but for the new files it holds (a package's
+    generated module, read from the overlay, not from disk)."""
+    new = {str(p) for p in result.fixed if p not in result.originals}
+    runs = (*result.baseline.sources, *(result.final.sources if result.final else ()))
+    return [f for f in runs if os.path.realpath(f) not in new]
 
 
 def write(result: Result) -> list[Path]:
