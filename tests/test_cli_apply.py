@@ -55,10 +55,15 @@ def test_apply_writes_what_dry_run_showed_and_keeps_behaviour(runs):
     applied = runs["applied"]
     changed = {k for k in runs["original"] if runs["after_apply"][k] != runs["original"][k]}
     assert changed == {"pkg/blocks.py"}
-    assert "wrote pkg/blocks.py" in applied.stderr
+    # the print's helper: in the package's generated module, new, written with the module
+    assert set(runs["after_apply"]) - set(runs["original"]) == {"pkg/_gbfix.py"}
+    assert "wrote pkg/blocks.py" in applied.stderr and "wrote pkg/_gbfix.py" in applied.stderr
+    written = None
     for line in runs["dry"].stdout.splitlines():
-        if line.startswith("+") and not line.startswith("+++"):
-            assert line[1:] in runs["after_apply"]["pkg/blocks.py"].decode()
+        if line.startswith("+++ b/"):
+            written = runs["after_apply"][line[len("+++ b/") :]].decode()
+        elif line.startswith("+"):
+            assert line[1:] in written
     assert program_stdout(runs["root"]) == runs["original_stdout"]
     assert applied.returncode == 0, applied.stderr
     assert applied.stderr.splitlines()[-1] == "Found 3 graph breaks: 3 fixed. 0 remain after the edits."
