@@ -342,7 +342,7 @@ def save_edits(prog: Prog, mode: str, unsafe: bool, written: list[str], work: Pa
     shutil.rmtree(keep, ignore_errors=True)
     patch = []
     for w in written:
-        p = (Path(w) if Path(w).is_absolute() else REPO / w).resolve()
+        p = (Path(w) if Path(w).is_absolute() else work / w).resolve()
         if p.is_relative_to((work / "site").resolve()):
             rel = p.relative_to((work / "site").resolve())
             orig = prog.site / rel
@@ -413,7 +413,9 @@ def run_program(prog: Prog, mode: str, unsafe: bool, log) -> dict:
         cmd.append("--unsafe-fixes")
     t0 = time.monotonic()
     try:
-        g = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=_env(prog.env, pythonpath),
+        # in the program's own scratch folder: gbfix holds a lock per program folder, and
+        # programs run side by side (--jobs) must not share one
+        g = subprocess.run(cmd, capture_output=True, text=True, cwd=work, env=_env(prog.env, pythonpath),
                            timeout=GBFIX_TIMEOUT)
         grc, gout, gerr = g.returncode, g.stdout, g.stderr
     except subprocess.TimeoutExpired as e:
@@ -435,7 +437,7 @@ def run_program(prog: Prog, mode: str, unsafe: bool, log) -> dict:
             if not f.get("path"):
                 findings.append(dict(f, key=None))
                 continue
-            orig = Path(f["path"]) if Path(f["path"]).is_absolute() else REPO / f["path"]
+            orig = Path(f["path"]) if Path(f["path"]).is_absolute() else work / f["path"]
             rel = relpath(str(orig), [work / "site", work, prog.site])
             # gbfix reports in the original coordinates: read the function from the untouched install
             src = (prog.site / rel if (prog.site / rel).exists()
