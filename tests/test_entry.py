@@ -38,3 +38,18 @@ def test_entry_from_single_script_with_main_block(tmp_path: Path):
     (tmp_path / "lib.py").write_text("x = 1\n")
     with pytest.raises(GbfixError, match="no entry"):
         resolve(None, [tmp_path / "lib.py"], tmp_path)
+
+
+def test_the_entrys_own_file_when_it_is_a_target(tmp_path: Path):
+    """Where a process-wide setting may go: the script, or the module run with -m, if gbfix may edit it."""
+    root = tmp_path.resolve()
+    (root / "run.py").write_text("")
+    (root / "pkg" / "cli").mkdir(parents=True)
+    (root / "pkg" / "train.py").write_text("")
+    (root / "pkg" / "cli" / "__main__.py").write_text("")
+    targets = {root / "run.py", root / "pkg" / "train.py", root / "pkg" / "cli" / "__main__.py"}
+    assert parse("python run.py", root).own_file(targets) == root / "run.py"
+    assert parse("python run.py", root).own_file(targets - {root / "run.py"}) is None  # not a target: not edited
+    assert parse("python -m pkg.train", root).own_file(targets) == root / "pkg" / "train.py"
+    assert parse("python -m pkg.cli", root).own_file(targets) == root / "pkg" / "cli" / "__main__.py"
+    assert parse("pytest tests", root).own_file(targets) is None  # many tests, no one place the program starts

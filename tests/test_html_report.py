@@ -190,8 +190,9 @@ def test_rendered_dom_lists_each_break_with_its_verdict(chromium, fixed, tmp_pat
     # the reason and the escape hatch
     assert "GB0124 not fixable pkg/model.py:9:9" in text
     assert (
-        "capture-scalar-outputs: torch._dynamo.config.capture_scalar_outputs is process-wide: it belongs where "
-        "the program starts (the entry script, before the first compiled call), not in a module others import"
+        "capture-scalar-outputs: a torch._dynamo.config setting is process-wide: it belongs where "
+        "the program starts (the entry script, before the first compiled call), not in a module others import; "
+        "give gbfix the entry script as a target too"
     ) in text
     assert "+torch._dynamo.config.capture_scalar_outputs = True" not in lines
     assert "Escape hatch (by hand): read the number outside the compiled region" in text

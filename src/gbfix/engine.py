@@ -78,6 +78,7 @@ class _Session:
         self.entry, self.opts, self.progress = entry, opts, progress
         self.originals = targets
         self.targets = set(targets)
+        self.entry_file = entry.own_file(self.targets)  # where a process-wide setting goes
         self.current: dict[Path, SourceFile] = dict(targets)  # the generation being edited
         self.prober = Prober(entry, workdir, opts.timeout, worker=worker or warm_worker(entry, opts.timeout))
         self.ids = itertools.count(1)
@@ -210,7 +211,8 @@ class _Session:
         path = site.path
         gen = self._generation(path)
         seen = {(path, line): calls for (p, line, g), calls in self.observed.items() if p == path and g == gen}
-        return recipes.SiteContext(site, locator.node(site), locator.parsed(path), caps, seen)
+        entry = locator.parsed(self.entry_file) if self.entry_file else None
+        return recipes.SiteContext(site, locator.node(site), locator.parsed(path), caps, seen, entry)
 
     def observe(self, sites: list[Site], locator: Locator, caps: frozenset[str]) -> None:
         """Record, in one uncompiled run, the calls of the functions recipes asked to see."""
@@ -363,7 +365,7 @@ class _Session:
         self.outcomes.append(Outcome(edit, status, detail))
         # An edit around other breaks (a torch.cond whose branch holds a dynamic-shape
         # op) may fail because of them: it is tried again once the file has changed.
-        self.ledger.failed(edit, retry=self._generation(edit.path) if rnd.codes_in(edit) else None)
+        self.ledger.failed(edit, retry=self._generation(edit.site.path) if rnd.codes_in(edit) else None)
 
     # --- rounds -------------------------------------------------------------
     def rounds(self, run: RunResult, caps: frozenset[str], first: int) -> RunResult:
@@ -435,7 +437,7 @@ class _Session:
                 else:
                     queue.pop(key)
                     if ident not in done:
-                        self.ledger.no_edit(eds[0].site, self._generation(eds[0].path))
+                        self.ledger.no_edit(eds[0].site, self._generation(eds[0].site.path))
         if accepted and self.check_own_backend and self.deferred is None:
             kept: list[Edit] = []
             own = self.own_settle(accepted, kept, rnd.locator)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import os
 import shlex
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -24,6 +26,22 @@ class Entry:
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "target": self.target, "args": list(self.args)}
+
+    def own_file(self, targets: Collection[Path]) -> Path | None:
+        """The file the program starts in (a script, or the module run with -m), when it is a target."""
+        if self.kind == "script":
+            candidates = [Path(self.target)]
+        elif self.kind == "module":
+            base = self.cwd.joinpath(*self.target.split("."))
+            candidates = [base.with_suffix(".py"), base / "__main__.py"]
+        else:
+            return None
+        found = [p for p in map(_real, candidates) if p in targets]
+        return found[0] if found else None
+
+
+def _real(path: Path) -> Path:
+    return Path(os.path.realpath(path))
 
 
 def parse(command: str, cwd: Path) -> Entry:

@@ -207,10 +207,13 @@ class Edit:
     replacement: Any = field(compare=False, repr=False)
     imports: tuple[tuple[str, str | None], ...] = ()  # (module, name) for AddImportsVisitor
     helpers: tuple[tuple[str, str], ...] = ()  # (name, code) of module-level helpers to add
+    # The file the edit changes when it is not its site's: a process-wide setting
+    # for a break in an imported module goes into the entry script.
+    file: Path | None = None
 
     @property
     def path(self) -> Path:
-        return self.site.path
+        return self.file or self.site.path
 
     def overlaps(self, other: Edit) -> bool:
         return self.path == other.path and not (

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import shutil
 import textwrap
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from gbfix import edits, engine
+from gbfix.entry import parse as parse_entry
+from gbfix.locate import ParsedFile
 from gbfix.recipes.config_route import AllowRnn, CaptureDynamicOutputShapeOps, CaptureScalarOutputs, TraceAutogradOps
-from tests.helpers import ALL_CAPABILITIES, rewrite_at, site_context
+from gbfix.sources import SourceFile
+from tests.helpers import ALL_CAPABILITIES, line_site, rewrite_at, site_context
 
 SOURCE = '''\
 """Loss helpers."""
@@ -127,3 +134,42 @@ def test_a_module_others_import_gets_no_process_wide_setting(recipe):
     proposer = recipe()
     assert proposer.propose(site_context(source, line, col, col + len("(labels != -100).sum().item()"), "GB0124")) is None
     assert "process-wide" in proposer.declined and "where the program starts" in proposer.declined
+
+
+ENTRY = '''\
+import torch
+
+from losses import token_loss
+
+if __name__ == "__main__":
+    print(token_loss(torch.randn(4, 3), torch.tensor([0, 1, 2, -100])))
+'''
+
+
+@pytest.mark.parametrize("recipe", [CaptureScalarOutputs, AllowRnn])
+def test_a_setting_for_an_imported_module_goes_into_the_entry(recipe):
+    """The site is in a module others import; the setting lands in the entry script, the module is untouched."""
+    source = SOURCE[: SOURCE.index('\n\nif __name__ == "__main__":')] + "\n"
+    ctx = site_context(source, *line_site(source, "(labels != -100).sum().item()"), "GB0124", path=Path("/virtual/losses.py"))
+    entry = ParsedFile(SourceFile(Path("/virtual/run.py"), ENTRY.encode(), ENTRY, "utf-8"))
+    rw = recipe().propose(replace(ctx, entry=entry))
+    edit = rw.edit(1, ctx.site, recipe, ctx.file)
+    assert edit.path == Path("/virtual/run.py") and edit.site.path == Path("/virtual/losses.py")
+    after = edits.apply(entry, [edit]).decode()
+    assert after.startswith(f"import torch\n\nfrom losses import token_loss\n\n# gbfix: {recipe.why};")
+    assert f"\ntorch._dynamo.config.{recipe.option} = True\n" in after and after.count("import torch\n") == 1
+
+
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "setting_in_entry"
+
+
+def test_breaks_in_an_imported_module_are_fixed_by_settings_in_the_entry(tmp_path):
+    """Real runs: an LSTM and an ``.item()`` in pkg/model.py; both settings go into run.py, verified."""
+    case = shutil.copytree(FIXTURE, tmp_path / "case").resolve()
+    result = engine.fix([case], parse_entry("python run.py", case), engine.Options())
+    applied = {o.edit.recipe: o.edit for o in result.outcomes if o.status == "applied"}
+    assert set(applied) == {"allow-rnn", "capture-scalar-outputs"}
+    assert {e.site.path.name for e in applied.values()} == {"model.py"}
+    assert set(result.fixed) == {case / "run.py"}
+    text = result.fixed[case / "run.py"].decode()
+    assert "torch._dynamo.config.allow_rnn = True" in text and "torch._dynamo.config.capture_scalar_outputs = True" in text

@@ -32,6 +32,8 @@ class SiteContext:
     # Calls of user functions seen in an uncompiled run, by (path, first line of
     # the def, decorators included); filled for recipes that ask (see ``Recipe.observe``).
     observed: Mapping[tuple[Path, int], tuple[ObservedCall, ...]] = field(default_factory=dict)
+    # The program's entry script, when it is a target: where a process-wide setting goes.
+    entry: ParsedFile | None = None
 
     @property
     def module(self) -> cst.Module:
@@ -59,12 +61,16 @@ class Rewrite:
     message: str
     imports: tuple[tuple[str, str | None], ...] = ()
     helpers: tuple[tuple[str, str], ...] = ()  # (name, code) of module-level helpers the replacement calls
+    into: ParsedFile | None = None  # the file ``original`` is in, when not the site's
 
     def edit(self, edit_id: int, site: Site, recipe: type[Recipe], file: ParsedFile) -> Edit:
-        start, end = file.span(self.original)
+        """The Edit; ``file``: the site's parsed file."""
+        into = self.into or file
+        start, end = into.span(self.original)
         return Edit(
             edit_id, site, recipe.name, recipe.safety, self.message, start, end,
             self.original, self.replacement, self.imports, self.helpers,
+            None if into.source.path == site.path else into.source.path,
         )
 
 
@@ -99,6 +105,7 @@ class Recipe(cst.CSTTransformer):
         self.imports: list[tuple[str, str | None]] = []
         self.helpers: list[tuple[str, str]] = []
         self.declined: str | None = None  # why the last ``propose`` gave nothing, when the recipe said
+        self.into: ParsedFile | None = None  # set by ``anchor`` when it anchors in another file than the site's
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
         """The node this recipe rewrites at the site; None (or ``Decline``) if it does not apply."""
@@ -125,7 +132,7 @@ class Recipe(cst.CSTTransformer):
         return node.visit(self)
 
     def propose(self, ctx: SiteContext) -> Rewrite | None:
-        self.declined = None
+        self.declined, self.into = None, None
         if not self.requires <= ctx.capabilities:
             return None
         try:
@@ -139,7 +146,9 @@ class Recipe(cst.CSTTransformer):
             return None
         if new is None or (isinstance(new, cst.CSTNode) and new.deep_equals(node)):
             return None
-        return Rewrite(node, new, self.summary, tuple(dict.fromkeys(self.imports)), tuple(dict.fromkeys(self.helpers)))
+        return Rewrite(
+            node, new, self.summary, tuple(dict.fromkeys(self.imports)), tuple(dict.fromkeys(self.helpers)), self.into
+        )
 
     def need_import(self, module: str, name: str | None = None) -> None:
         self.imports.append((module, name))

@@ -4,10 +4,10 @@
 graph with ``capture_scalar_outputs``; ``nonzero``, boolean-mask indexing and
 one-argument ``torch.where`` (GB0036) with ``capture_dynamic_output_shape_ops``;
 ``nn.LSTM``/``GRU``/``RNN`` (GB0014) with ``allow_rnn``. Each is one
-module-level assignment after the imports of the file that breaks, when that
-file is the program's entry (a script: it has an ``if __name__ == "__main__":``
-block); a module others import is declined, since importing it would change
-every compiled function of the program:
+module-level assignment after the imports of the program's entry script (the
+script gbfix runs, when it is a target; else the file that breaks, when it is
+a script itself). A module others import never gets one, since importing it
+would change every compiled function of the program:
 
     torch._dynamo.config.capture_scalar_outputs = True
 
@@ -25,6 +25,7 @@ from typing import ClassVar
 import libcst as cst
 
 from gbfix import generated
+from gbfix.locate import ParsedFile
 from gbfix.recipes.base import Decline, Recipe, SiteContext
 from gbfix.recipes.layout import after_imports
 
@@ -36,23 +37,35 @@ class _ConfigRoute(Recipe):
     process_wide = True
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
-        # Set in this file already (to either value): the user decided, or it did not help.
-        if f"config.{self.option}" in ctx.module.code:
+        home = self.home(ctx)
+        # Set there already (to either value): the user decided, or it did not help.
+        if f"config.{self.option}" in home.module.code:
             return None
-        if not generated.is_script(ctx.module):
-            # importing a module must not change every compiled function of the program
-            raise Decline(
-                f"torch._dynamo.config.{self.option} is process-wide: it belongs where the program starts "
-                "(the entry script, before the first compiled call), not in a module others import"
-            )
-        at = after_imports(ctx.module)
-        last = ctx.module.body[at - 1] if at else None
+        self.into = None if home is ctx.file else home
+        at = after_imports(home.module)
+        last = home.module.body[at - 1] if at else None
         if not (isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[0], (cst.Import, cst.ImportFrom))):
             return None
         return last
 
+    @staticmethod
+    def home(ctx: SiteContext) -> ParsedFile:
+        """Where the program starts: the entry script when it is a target, else the site's
+        file if it is a script; a module others import is declined, since importing it
+        would change every compiled function of the program."""
+        if ctx.entry is not None:
+            return ctx.entry
+        if generated.is_script(ctx.module):
+            return ctx.file
+        raise Decline(
+            "a torch._dynamo.config setting is process-wide: it belongs where the program starts "
+            "(the entry script, before the first compiled call), not in a module others import; "
+            "give gbfix the entry script as a target too"
+        )
+
     def rewrite(self, node: cst.CSTNode) -> cst.FlattenSentinel:
-        if not _binds_torch(self.ctx.module):
+        module = (self.into or self.ctx.file).module
+        if not _binds_torch(module):
             self.need_import("torch")
         setting = cst.parse_statement(f"torch._dynamo.config.{self.option} = True\n")
         why = cst.EmptyLine(comment=cst.Comment(f"# gbfix: {self.why}; set at import: Dynamo reads it when it traces"))
