@@ -19,8 +19,9 @@ print) reports it again at a new column of the same line: such a site counts
 as not removed, and once.
 Columns: `before` sites in the first run (in the targets and outside them),
 `seen` those plus the ones a fix revealed, `removed` seen sites that no longer
-break, `after` the breaks gbfix's final run still reports (`result.remaining`:
-one per report, counted on the program's own backend when it is not eager),
+break, `after` the sites still breaking after the edits (`result.remaining`:
+judged on the program's own backend when it is not eager; before issue 16 it
+counted the final run's break reports, one per frame a site broke in),
 `applied`/`rejected` edits, `expected` the sites the case's case.toml expects
 removed, `identical` the independent stdout check (n/a: no edit), `unchanged`
 for must-not-fix cases whether gbfix left every file alone.
@@ -62,7 +63,7 @@ class Row:
     before: int = 0  # break sites in the first run: in the targets + outside
     seen: int = 0  # `before` + the sites a fix revealed
     removed: int = 0  # seen sites that no longer break
-    after: int = 0  # breaks left (on the program's own backend when it is not eager)
+    after: int = 0  # sites still breaking (on the program's own backend when it is not eager)
     applied: int = 0
     rejected: int = 0
     changed: bool = False  # gbfix would change files

@@ -142,7 +142,7 @@ def main() -> int:
         rows.append((
             "`--apply` wall time vs one detection run (examples/tinylm)",
             f"engine.fix {a['fix_s']:.1f} s = {a['fix_s'] / a['detect_s']:.1f}x one detection run ({a['detect_s']:.1f} s); "
-            f"{a['runs']:g} program runs, {a['files']} file(s) edited, {a['remaining']} break report(s) left (result.remaining, safe recipes); "
+            f"{a['runs']:g} program runs, {a['files']} file(s) edited, {a['remaining']} site(s) still breaking (result.remaining, safe recipes); "
             f"the edited program alone, once on its own backend in a fresh interpreter (how a user would check "
             f"the edits by hand) {a['own_s']:.1f} s, so engine.fix is {a['fix_s'] / a['own_s']:.1f}x that; "
             f"with `--backend eager` (no inductor run) "

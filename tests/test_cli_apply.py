@@ -48,7 +48,9 @@ def test_dry_run_shows_verified_diff_and_writes_nothing(runs):
     assert "pkg/blocks.py:12:9: GB0059 [*]" in dry.stdout
     assert "pkg/blocks.py:15:12: GB0170 [*]" in dry.stdout
     assert "pkg/blocks.py:13:17: GB0124 [*]" in dry.stdout
-    assert dry.stderr.splitlines()[-1] == "Found 3 graph breaks: 3 fixable (verified; --apply writes them)."
+    assert dry.stderr.splitlines()[-1] == (
+        "Found 3 graph break sites: 3 fixable (verified; --apply writes them). 0 sites would still break after the edits."
+    )
 
 
 def test_apply_writes_what_dry_run_showed_and_keeps_behaviour(runs):
@@ -66,7 +68,7 @@ def test_apply_writes_what_dry_run_showed_and_keeps_behaviour(runs):
             assert line[1:] in written
     assert program_stdout(runs["root"]) == runs["original_stdout"]
     assert applied.returncode == 0, applied.stderr
-    assert applied.stderr.splitlines()[-1] == "Found 3 graph breaks: 3 fixed. 0 remain after the edits."
+    assert applied.stderr.splitlines()[-1] == "Found 3 graph break sites: 3 fixed. 0 sites still break after the edits."
 
 
 def test_second_apply_is_a_no_op(runs):

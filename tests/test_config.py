@@ -206,7 +206,7 @@ def test_apply_with_config_from_a_subfolder(applied):
     assert "wrote blocks.py" in proc.stderr
     assert [ln for ln in before.splitlines() if ln not in after.splitlines()] == ["        scale = self.temperature.item()"]
     assert "        print(\"gate input\", x.shape)  # gbfix: ignore[GB0059]" in after and "if h.abs().max() > 1.0:" in after
-    assert proc.stderr.splitlines()[-1] == "Found 1 graph break: 1 fixed. 0 remain after the edits. 1 suppressed."
+    assert proc.stderr.splitlines()[-1] == "Found 1 graph break site: 1 fixed. 0 sites still break after the edits. 1 suppressed."
 
 
 def test_backend_inductor_runs_the_final_check(applied):

@@ -179,7 +179,7 @@ def test_rendered_dom_lists_each_break_with_its_verdict(chromium, fixed, tmp_pat
     dom = parse(proc.stdout)
     text, lines = dom.text, dom.lines
     assert "gbfix fix: 3 graph breaks" in lines
-    assert "Found 3 graph breaks: 1 fixable (verified; --apply writes them), 2 not fixable (GB0124 at pkg/model.py:9)." in text
+    assert "Found 3 graph break sites: 1 fixable (verified; --apply writes them), 2 not fixable (GB0124 at pkg/model.py:9)." in text
     # the print: its registry entry, its line highlighted in the excerpt, the verified hunk
     assert "GB0059 fixed pkg/model.py:8:5" in text
     assert "Failed to trace builtin operator (Dynamo's page)" in text

@@ -180,7 +180,7 @@ def test_a_suppressed_break_is_neither_reported_nor_fixed(dry):
 
 def test_the_summary_counts_suppressed_breaks_not_ignored_ones(dry):
     # the print is suppressed by its comment; the branch (GB0170) is not selected: not counted
-    summary = "Found 1 graph break: 1 fixable (verified; --apply writes them). 1 suppressed."
+    summary = "Found 1 graph break site: 1 fixable (verified; --apply writes them). 0 sites would still break after the edits. 1 suppressed."
     assert dry.stderr.splitlines()[-1] == summary
     data = json.loads(dry.stdout)
     assert data["summary"] == {"text": summary, "findings": 1, "suppressed": 1, "exit_code": 1}

@@ -40,7 +40,10 @@ def apply(parsed: ParsedFile, edits: Iterable[Edit]) -> bytes:
     if not edits:
         return parsed.source.data
     helpers = {name: code for e in edits for name, code in e.helpers}
-    home = generated.home(parsed.source.path, parsed.module) if helpers and generated.known(list(helpers)) else None
+    # Registered pieces go to the package's generated module; a line of the module's
+    # own (a leaf helper built from its logger) stays in the file, after the import.
+    local = {name: code for name, code in helpers.items() if not generated.known([name])}
+    home = generated.home(parsed.source.path, parsed.module) if len(local) < len(helpers) else None
     first: dict[int, cst.BaseStatement] = {}
     if home is not None and not generated.imports_torch(parsed.module):
         first = _local_imports(parsed, edits, home)
@@ -49,8 +52,10 @@ def apply(parsed: ParsedFile, edits: Iterable[Edit]) -> bytes:
     if home is None:
         module = add_helpers(module, helpers)
         imports += [imp for p in generated.closure(list(helpers)) for imp in p.imports]
-    elif not first:
-        module = generated.add_import(module, home, [p.name for p in generated.closure(list(helpers)) if p.public])
+    else:
+        if not first:
+            module = generated.add_import(module, home, [p.name for p in generated.closure(list(helpers)) if p.public])
+        module = add_helpers(module, local)
     imports = [imp for imp in dict.fromkeys(imports) if not _imported(module, *imp)]
     if imports:
         context = CodemodContext()

@@ -52,13 +52,13 @@ class Result:
     outcomes: tuple[Outcome, ...]
     originals: dict[Path, SourceFile]
     fixed: dict[Path, bytes]  # only files that change; a path not in ``originals`` is a new file
-    remaining: int  # breaks left after the accepted edits (program's own backend when checked)
+    remaining: int  # break sites left after the accepted edits: the findings not fixed (own backend when checked)
     fullgraph: bool | None  # None: not asked; else whether fullgraph=True was added and proven
     baseline: RunResult
     runs: int
     seconds: float
     notes: tuple[str, ...] = ()
-    final: RunResult | None = None  # the run that ``remaining`` counts (the edited program; the baseline if nothing changed)
+    final: RunResult | None = None  # the run ``remaining`` is judged on (the edited program; the baseline if nothing changed)
 
     def diff(self, display: Callable[[Path], str] = str) -> str:
         return "".join(
@@ -527,13 +527,15 @@ class _Session:
         proven = self.prove_fullgraph(run) if self.opts.fullgraph else None
         fixed = {p: s.data for p, s in self.current.items() if s.data != self.originals[p].data}
         fixed |= generated.complete(fixed)  # the packages' generated modules: new, or extended
+        findings = tuple(self.findings(run, caps))
         return Result(
             entry=self.entry,
-            findings=tuple(self.findings(run, caps)),
+            findings=findings,
             outcomes=tuple(self.outcomes),
             originals=self.originals,
             fixed=fixed,
-            remaining=len(run.breaks),
+            # Sites, as the findings count them: Dynamo reports one site once per frame it breaks in.
+            remaining=sum(1 for f in findings if f.status != "fixed"),
             fullgraph=proven,
             baseline=self.baseline,
             runs=self.prober.runs,
@@ -576,9 +578,14 @@ class _Session:
         """Every break seen (baseline, revealed, remaining) in original coordinates, with its fate."""
         locator = Locator(self.current)
         out: list[Finding] = []
+        outside: set[tuple] = set()  # one finding per site: the stacks that reach it may differ
         for brk in self.baseline.breaks:
             if owned_frame(brk, self.targets) is None:
                 leaf = brk.leaf
+                where = (leaf.file, leaf.line, leaf.col, brk.root.code) if leaf else (None, 0, None, brk.root.code)
+                if where in outside:
+                    continue
+                outside.add(where)
                 path = leaf.file if leaf else "?"
                 out.append(Finding(None, leaf.line if leaf else 0, None, brk.root.code or "?", message(brk), "outside", f"outside the targets ({path})", brk))
         remaining = {}

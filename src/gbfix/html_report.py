@@ -203,7 +203,7 @@ def _counts(result: Any, command: str, applied: bool) -> str:
     rows = [
         ("graphs compiled", getattr(before, "graphs", None), getattr(after, "graphs", None) if after else None),
         ("graph breaks (Dynamo's reports)", len(before.breaks), len(after.breaks) if after else None),
-        ("break sites in the targets", len(shown), result.remaining if command == "fix" else None),
+        ("break sites in the targets", len(shown), sum(f.status != "fixed" for f in shown) if command == "fix" else None),
         ("calls of compiled code", before.compiled_calls, after.compiled_calls if after else None),
     ]
     if command != "fix":

@@ -44,7 +44,7 @@ def filtered(result: Result, selection: Filter) -> tuple[Result, int]:
     a ``# gbfix: ignore`` comment suppressed (the engine already proposed no edit for them).
 
     Findings are in the coordinates of the original files, so the comments are read there.
-    When anything is left out, ``remaining`` counts the break sites still reported.
+    When anything is left out, ``remaining`` counts the sites left that still break.
     """
     kept, suppressed = [], 0
     for f in result.findings:
@@ -87,11 +87,19 @@ def _summary(result: Result, applied: bool, display: Callable[[Path], str]) -> s
         parts.append(f"{len(unfixed)} not fixable ({first.code} at {display(first.path)}:{first.line})")
     if outside:
         parts.append(f"{len(outside)} outside the targets")
-    noun = "graph break" if n == 1 else "graph breaks"
-    line = f"Found {n} {noun}: {', '.join(parts)}."
-    if applied and result.fixed:
-        line += f" {result.remaining} remain after the edits."
+    # Every number counts sites (a source span that breaks, however often Dynamo reports it).
+    line = f"Found {n} graph break {_sites(n)}: {', '.join(parts)}."
+    if result.fixed:
+        k = result.remaining
+        if applied:
+            line += f" {k} {_sites(k)} still {'breaks' if k == 1 else 'break'} after the edits."
+        else:
+            line += f" {k} {_sites(k)} would still break after the edits."
     return line
+
+
+def _sites(n: int) -> str:
+    return "site" if n == 1 else "sites"
 
 
 def exit_code(result: Result, applied: bool) -> int:

@@ -264,7 +264,7 @@ def test_logging_leaf_takes_what_the_op_declines():
     # a torch.Size is neither plain nor a tensor: only the leaf (eager backend) takes it
     stmt = 'logger.info("shape %s", x.shape)'
     assert _log(stmt) is None
-    assert _log_call(stmt, recipe=LoggerToLeaf) == '_gbfix_log_leaf("logger", "info", "shape %s", x.shape)'
+    assert _log_call(stmt, recipe=LoggerToLeaf) == '_gbfix_log_logger("info", "shape %s", x.shape)'
 
 
 def test_logging_op_helper():
@@ -294,8 +294,9 @@ def test_logging_second_site_replaces_only_the_call():
 
 def test_logging_op_and_leaf_helpers_side_by_side():
     once = _log('logger.info("a %s", x)', recipe=LoggerToLeaf)
-    twice = rewrite_line(once.replace('_gbfix_log_leaf("logger", "info", "a %s", x)', 'logger.info("b")'), LoggerToOp, 'logger.info("b")', "GB0291", capabilities=ALL_CAPABILITIES)
-    assert twice.count("def _gbfix_log_leaf(") == 1 and twice.count("def gbfix_log(") == 1
+    twice = rewrite_line(once.replace('_gbfix_log_logger("info", "a %s", x)', 'logger.info("b")'), LoggerToOp, 'logger.info("b")', "GB0291", capabilities=ALL_CAPABILITIES)
+    assert twice.count("def gbfix_log_leaf(") == 1 and twice.count("def gbfix_log(") == 1
+    assert twice.count("_gbfix_log_logger = gbfix_log_leaf(lambda: logger)\n") == 1
 
 
 @pytest.mark.parametrize(
@@ -518,9 +519,9 @@ def test_logging_op_rewrite_logs_the_same_record(stmts, monkeypatch):
 @pytest.mark.parametrize(
     "stmt, expected",
     [
-        ('logger.log(logging.INFO, "a %s", x)', '_gbfix_log_leaf("logger", "log", logging.INFO, "a %s", x)'),
-        ('logger.warning_once("deprecated")', '_gbfix_log_leaf("logger", "warning_once", "deprecated")'),
-        ('logger.debug(f"x {x}")', '_gbfix_log_leaf("logger", "debug", f"x {x}")'),
+        ('logger.log(logging.INFO, "a %s", x)', '_gbfix_log_logger("log", logging.INFO, "a %s", x)'),
+        ('logger.warning_once("deprecated")', '_gbfix_log_logger("warning_once", "deprecated")'),
+        ('logger.debug(f"x {x}")', '_gbfix_log_logger("debug", f"x {x}")'),
     ],
 )
 def test_logging_leaf_rewrites(stmt, expected):
@@ -612,7 +613,7 @@ def test_warn_rule_example_with_values():
     assert rewrite_line(example.before, WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES) == example.after
     # warn-to-leaf, tried when the op's edit is rejected, passes the same expression
     leaf = rewrite_line(example.before, WarnToLeaf, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES)
-    assert '_gbfix_warn_leaf(f"got {tokens.shape[1]} tokens, keeping the first {self.max_len}", "UserWarning")' in leaf
+    assert '_gbfix_warn_UserWarning(f"got {tokens.shape[1]} tokens, keeping the first {self.max_len}")' in leaf
 
 
 @pytest.mark.parametrize(
@@ -756,10 +757,10 @@ def test_warn_op_declines(stmt):
 @pytest.mark.parametrize(
     "stmt, expected",
     [
-        ('warnings.warn("m")', '_gbfix_warn_leaf("m", "UserWarning")'),
-        ('warnings.warn("m", FutureWarning, 2)', '_gbfix_warn_leaf("m", "FutureWarning", 2)'),
-        ('warnings.warn(category=DeprecationWarning, message=f"m {x}", stacklevel=1)', '_gbfix_warn_leaf(f"m {x}", "DeprecationWarning", 1)'),
-        ('warnings.warn("m", LegacyWarning, stacklevel=2)', '_gbfix_warn_leaf("m", "LegacyWarning", 2)'),
+        ('warnings.warn("m")', '_gbfix_warn_UserWarning("m")'),
+        ('warnings.warn("m", FutureWarning, 2)', '_gbfix_warn_FutureWarning("m", 2)'),
+        ('warnings.warn(category=DeprecationWarning, message=f"m {x}", stacklevel=1)', '_gbfix_warn_DeprecationWarning(f"m {x}", 1)'),
+        ('warnings.warn("m", LegacyWarning, stacklevel=2)', '_gbfix_warn_LegacyWarning("m", 2)'),
     ],
 )
 def test_warn_leaf_rewrites(stmt, expected):
@@ -769,14 +770,18 @@ def test_warn_leaf_rewrites(stmt, expected):
 
 def test_warn_leaf_keeps_a_multiline_call_layout():
     stmt = 'warnings.warn(\n        "m",\n        FutureWarning,\n        stacklevel=2,\n    )'
-    assert '    _gbfix_warn_leaf(\n        "m",\n        "FutureWarning",\n        2,\n    )\n' in _warn(stmt, recipe=WarnToLeaf)
+    assert '    _gbfix_warn_FutureWarning(\n        "m",\n        2,\n    )\n' in _warn(stmt, recipe=WarnToLeaf)
 
 
 def test_warn_leaf_helper_and_imports():
-    out = rewrite_line(WARN_MODULE.replace("{stmt}", 'warnings.warn("m")'), WarnToLeaf, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES)
-    assert "import builtins" in out
-    assert out.count("def _gbfix_warn_leaf(") == 1
-    assert out.index("def _gbfix_warn_leaf(") < out.index("class LegacyWarning")
+    # a script: the factory, then the module's helper for the category, built from the class itself
+    out = rewrite_line(WARN_MODULE.replace("{stmt}", 'warnings.warn("m", LegacyWarning)'), WarnToLeaf, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES)
+    assert "import builtins" not in out and "globals()" not in out and '"LegacyWarning"' not in out
+    assert out.count("def gbfix_warn_leaf(") == 1
+    # the lambda looks the class up when the helper runs: the line may come before the class
+    line = "_gbfix_warn_LegacyWarning = gbfix_warn_leaf(lambda: LegacyWarning)\n"
+    assert out.count(line) == 1
+    assert out.index("def gbfix_warn_leaf(") < out.index(line) < out.index("class LegacyWarning")
 
 
 @pytest.mark.parametrize("recipe", [WarnToOp, WarnToLeaf])
@@ -789,7 +794,7 @@ def test_warn_leaf_helper_and_imports():
 )
 def test_warn_other_spellings(recipe, head, stmt):
     out = _warn(stmt, head + WARN_MODULE, recipe=recipe)
-    assert out is not None and f"{recipe.helper}(" in out
+    assert out is not None and ("gbfix_warn(" if recipe is WarnToOp else "_gbfix_warn_") in out
 
 
 @pytest.mark.parametrize(
@@ -895,3 +900,15 @@ def test_logging_op_on_transformers_own_spelling(tmp_path):
 def test_in_a_file_the_log_helper_declines_a_module_whose_logging_is_another():
     # outside a package the helper would be added to the file with `import logging`
     assert rewrite_line(TRANSFORMERS_MODULE, LoggerToOp, "logger.warning_once(", "GB0291", capabilities=ALL_CAPABILITIES) is None
+
+
+def test_leaf_helpers_are_declined_where_their_line_cannot_go(tmp_path):
+    # the name of the module's helper is taken by something else
+    taken = LOG_MODULE.replace("{stmt}", 'logger.info("a")').replace("logger = logging", "_gbfix_log_logger = 3\nlogger = logging")
+    assert rewrite_line(taken, LoggerToLeaf, "logger.info(", "GB0291", capabilities=ALL_CAPABILITIES) is None
+    # a package module without `import torch`: the line building the helper would import it
+    (tmp_path / "__init__.py").write_text("")
+    module = WARN_MODULE.replace("import torch\n", "").replace("{stmt}", 'warnings.warn("m")')
+    path = tmp_path / "m.py"
+    assert rewrite_line(module, WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES, path=path) is not None
+    assert rewrite_line(module, WarnToLeaf, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES, path=path) is None

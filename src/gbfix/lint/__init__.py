@@ -15,7 +15,9 @@ is taken as compiled, and the findings say so. Findings are "likely": the runtim
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import gc
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from gbfix.errors import GbfixError
@@ -45,6 +47,25 @@ _EVERY_CODE = Filter()
 
 def lint(paths: list[Path], cwd: Path | None = None, selection: Filter = _EVERY_CODE) -> Report:
     """Likely breaks in ``paths``: those ``selection`` selects, less the ``# gbfix: ignore``d (counted)."""
+    with _no_collector():
+        return _lint(paths, cwd, selection)
+
+
+@contextmanager
+def _no_collector() -> Iterator[None]:
+    """The cyclic garbage collector off: the parses allocate millions of objects, kept
+    to the end and free of cycles, and the collector's passes over them took half the
+    CPU time of a cold run (1,000 files of transformers: 1.0 s, 0.5 s without)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _lint(paths: list[Path], cwd: Path | None, selection: Filter) -> Report:
     cwd = (cwd or Path.cwd()).resolve()
     given = _files(paths)
     report = Report(files=len(given))

@@ -43,11 +43,13 @@ package, the helper lives in the package's generated ``_gbfix.py``; see
   any argument (tensors too) but does not lower in inductor on torch 2.13, so
   the engine only offers it when every compile uses the eager backend::
 
-      logger.warning("x %s", t)  ->  _gbfix_log_leaf("logger", "warning", "x %s", t)
+      _gbfix_log_logger = gbfix_log_leaf(lambda: logger)  # once per module and logger
+      logger.warning("x %s", t)  ->  _gbfix_log_logger("warning", "x %s", t)
 
   A tensor that requires grad is detached at the leaf boundary (its text loses
-  ``grad_fn``). A leaf function takes no Logger: this helper stays in the
-  module and finds the logger by the name of its module global.
+  ``grad_fn``). A leaf function takes no Logger: the module builds its helper
+  for the logger once, at import, from a lambda returning it (``leaf_helpers``),
+  so the logger must be a module global.
 
 Declined: keyword arguments (``exc_info=``, ``extra=``, ...), star arguments,
 ``logger.exception`` and calls whose result is used. The record's
@@ -62,7 +64,7 @@ from typing import ClassVar
 import libcst as cst
 
 from gbfix import generated
-from gbfix.recipes import op_helpers
+from gbfix.recipes import leaf_helpers, op_helpers
 from gbfix.recipes.analysis import (
     builtin_at,
     call_at,
@@ -87,13 +89,10 @@ class HelperRecipe(Recipe):
     The edit replaces only the call; the helper goes with it as helpers of the
     edit: a piece registered in ``gbfix.generated`` (and the pieces it needs),
     which a module of a package imports from the package's generated module and
-    any other file gets once, after its imports; or code of its own
-    (``helper_code``), which stays in the file.
+    any other file gets once, after its imports.
     """
 
-    helper: ClassVar[str]  # the helper's name
-    helper_code: ClassVar[str] = ""  # a helper that is no registered piece: its definition
-    helper_imports: ClassVar[tuple[str, ...]] = ()  # what ``helper_code`` imports
+    helper: ClassVar[str]  # the helper's name: a registered piece
 
     def match(self, ctx: SiteContext) -> cst.Call | None:
         """The call to reroute, or None."""
@@ -120,14 +119,40 @@ class HelperRecipe(Recipe):
 
     def rewrite(self, node: cst.CSTNode) -> cst.CSTNode:
         assert isinstance(node, cst.Call)
-        pieces = generated.closure([self.helper])
-        for p in pieces:
+        for p in generated.closure([self.helper]):
             self.need_helper(p.name, p.code)
-        if not pieces:
-            for module in self.helper_imports:
-                self.need_import(module)
-            self.need_helper(self.helper, self.helper_code)
         return self.reroute(node)
+
+
+class LeafRecipe(HelperRecipe):
+    """Base for the ``leaf_function`` fallbacks: the call goes to a leaf function that
+    the module builds once, at import, with a factory of the generated module from a
+    lambda returning its category or logger (``leaf_helpers``): a leaf function takes
+    neither a class nor a Logger, and no name travels as a string."""
+
+    kind: ClassVar[str]  # the helper's middle name: ``_gbfix_<kind>_<name>``
+
+    def bound(self, ctx: SiteContext) -> str | None:
+        """The name (of a builtin or a module global) of what the lambda returns."""
+        raise NotImplementedError
+
+    def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
+        call = super().anchor(ctx)
+        if call is None:
+            return None
+        if not generated.imports_torch(ctx.module):
+            # the module builds its helper when it is imported: that imports torch
+            raise Decline("the module does not import torch, and the line building the helper would")
+        self._binding = leaf_helpers.binding(self.helper, self.kind, self.bound(ctx))
+        name, code = self._binding
+        if global_bindings(ctx, name) and not _builds(ctx, name, code):
+            return None  # the name is taken by something else
+        return call
+
+    def rewrite(self, node: cst.CSTNode) -> cst.CSTNode:
+        call = super().rewrite(node)
+        self.need_helper(*self._binding)  # after the factory it calls
+        return call
 
 
 class LoggerRecipe(HelperRecipe):
@@ -218,35 +243,25 @@ class LoggerToOp(LoggerRecipe):
         return call.with_changes(func=cst.Name(self.helper), args=[*args[:-1], args[-1].with_changes(**keyword)])
 
 
-class LoggerToLeaf(LoggerRecipe):
+class LoggerToLeaf(LeafRecipe, LoggerRecipe):
     name = "logger-to-leaf"
     requires = frozenset({"leaf_function"})
     summary = "logger.<level>(...) -> a module-level leaf_function helper that logs at run time, inside the graph"
-    helper = "_gbfix_log_leaf"
-    helper_imports = ("torch",)
-    # A leaf function takes neither a Logger nor a name Dynamo could look up: this
-    # helper stays in the module and finds the logger by its module global's name.
-    helper_code = '''\
-@torch._dynamo.decorators.leaf_function
-def _gbfix_log_leaf(owner, method, *args):
-    # Added by gbfix: runs eagerly inside the compiled graph, so the record is
-    # emitted at run time. The logger travels by the name of its global.
-    getattr(globals()[owner], method)(*args)
-
-
-@_gbfix_log_leaf.register_fake
-def _gbfix_log_leaf_fake(owner, method, *args):
-    return None
-'''
+    helper = leaf_helpers.LOG_LEAF.name
+    kind = "log"
 
     def owner(self, ctx: SiteContext, node: cst.BaseExpression) -> cst.BaseExpression | None:
-        """The name of the logger's module global, as a string."""
-        if isinstance(node, cst.Name) and is_module_global(ctx, node):
-            return cst.SimpleString(str_literal(node.value))
-        return None
+        """The logger: a module global (the module's helper is built from it)."""
+        return node if isinstance(node, cst.Name) and is_module_global(ctx, node) else None
+
+    def bound(self, ctx: SiteContext) -> str:
+        assert isinstance(self._owner, cst.Name)
+        return self._owner.value
 
     def reroute(self, call: cst.Call) -> cst.Call:
-        return call.with_changes(func=cst.Name(self.helper), args=[*self.head(call), *call.args])
+        assert isinstance(call.func, cst.Attribute)
+        method = cst.Arg(cst.SimpleString(str_literal(call.func.attr.value)))
+        return call.with_changes(func=cst.Name(self._binding[0]), args=[method, *call.args])
 
 
 _NOT_LITERAL = object()
@@ -427,6 +442,13 @@ def _logger_name(ctx: SiteContext, node: cst.BaseExpression) -> cst.BaseExpressi
     if isinstance(name, cst.Name) and name.value == "__name__" and builtin_at(ctx, name, "__name__"):
         return name
     return None
+
+
+def _builds(ctx: SiteContext, name: str, code: str) -> bool:
+    """The module binds ``name`` only by the line ``code`` (a leaf helper gbfix built)."""
+    lines = [s for s in ctx.module.body if isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], cst.Assign)]
+    ours = [s.body[0].targets[0].target for s in lines if cst.Module(body=[s]).code.strip() == code.strip()]
+    return bool(ours) and all(any(n is t for t in ours) for n in global_bindings(ctx, name))
 
 
 def _imports_itself(node: cst.CSTNode, module: str) -> bool:

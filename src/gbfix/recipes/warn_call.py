@@ -45,14 +45,16 @@ package's generated ``_gbfix.py``). Two helpers, the first preferred:
 - ``warn-to-leaf``: a ``torch._dynamo.decorators.leaf_function`` that calls
   ``warnings.warn`` with the same message (any expression), category and
   stacklevel; it does not lower in inductor on torch 2.13, so the engine only
-  offers it when every compile uses the eager backend::
+  offers it when every compile uses the eager backend. A leaf function takes no
+  class: the module builds its helper for the category once, at import, from a
+  lambda returning it (``leaf_helpers``)::
 
-      warnings.warn(f"m {n}", FutureWarning, stacklevel=2)  ->  _gbfix_warn_leaf(f"m {n}", "FutureWarning", 2)
+      _gbfix_warn_FutureWarning = gbfix_warn_leaf(lambda: FutureWarning)  # once per module and category
+      warnings.warn(f"m {n}", FutureWarning, stacklevel=2)  ->  _gbfix_warn_FutureWarning(f"m {n}", 2)
 
-  The warning is attributed to the helper's line in the same module (same
-  filters, same once-per-location registry). A leaf function takes no class:
-  this helper stays in the module and finds the category by its name, so the
-  category must be a builtin or a module-global name.
+  With stacklevel 1 the warning is attributed to that line of the same module
+  (same filters, same once-per-location registry); so the category must be a
+  builtin or a module-global name, which the lambda finds as the call did.
 
 The category goes to ``gbfix_warn`` as the call wrote it (a name or a dotted
 name). ``source=``, ``skip_file_prefixes=``, a non-literal stacklevel and a
@@ -63,7 +65,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from gbfix.recipes import op_helpers
+from gbfix.recipes import leaf_helpers, op_helpers
 from gbfix.recipes.analysis import (
     builtin_at,
     call_at,
@@ -74,11 +76,12 @@ from gbfix.recipes.analysis import (
 from gbfix.recipes.base import Decline, SiteContext
 from gbfix.recipes.logging_call import (
     HelperRecipe,
+    LeafRecipe,
     arglist,
     not_text_or_number,
     parameter,
 )
-from gbfix.recipes.print_call import format_fields, has_fstring, str_literal
+from gbfix.recipes.print_call import format_fields, has_fstring
 
 _PARAMS = ("message", "category", "stacklevel")
 # Builtin categories that no default filter names (DeprecationWarning is shown
@@ -166,25 +169,12 @@ class WarnToOp(WarnRecipe):
         return call.with_changes(func=cst.Name(self.helper), args=args)
 
 
-class WarnToLeaf(WarnRecipe):
+class WarnToLeaf(LeafRecipe, WarnRecipe):
     name = "warn-to-leaf"
     requires = frozenset({"leaf_function"})
     summary = "warnings.warn(...) -> a module-level leaf_function helper that warns at run time, inside the graph"
-    helper = "_gbfix_warn_leaf"
-    helper_imports = ("torch", "warnings", "builtins")
-    helper_code = '''\
-@torch._dynamo.decorators.leaf_function
-def _gbfix_warn_leaf(message, category, stacklevel=1):
-    # Added by gbfix: runs eagerly inside the compiled graph, so the warning is
-    # issued at run time. The category travels by name.
-    category = globals()[category] if category in globals() else getattr(builtins, category)
-    warnings.warn(message, category, stacklevel)
-
-
-@_gbfix_warn_leaf.register_fake
-def _gbfix_warn_leaf_fake(message, category, stacklevel=1):
-    return None
-'''
+    helper = leaf_helpers.WARN_LEAF.name
+    kind = "warn"
 
     def match(self, ctx: SiteContext) -> cst.Call | None:
         call = super().match(ctx)
@@ -195,17 +185,15 @@ def _gbfix_warn_leaf_fake(message, category, stacklevel=1):
             return call if builtin_at(ctx, call, "UserWarning") else None
         return call if _by_name(ctx, category.value) else None
 
-    def message_and_category(self) -> list[cst.Arg]:
-        """The message, and the category by its name (the helper looks it up)."""
-        bound = self._bound
-        category = bound.get("category")
-        name = cst.SimpleString(str_literal(category.value.value if category is not None else "UserWarning"))
-        return [bound["message"], cst.Arg(name) if category is None else category.with_changes(value=name)]
+    def bound(self, ctx: SiteContext) -> str:
+        category = self._bound.get("category")
+        return "UserWarning" if category is None else category.value.value
 
     def reroute(self, call: cst.Call) -> cst.Call:
-        stacklevel = self._bound.get("stacklevel")
-        args = [*self.message_and_category(), *([stacklevel] if stacklevel is not None else [])]
-        return call.with_changes(func=cst.Name(self.helper), args=arglist(call, args))
+        """The module's helper for the category, with the message and the stacklevel."""
+        bound = self._bound
+        args = [bound["message"], *([bound["stacklevel"]] if "stacklevel" in bound else [])]
+        return call.with_changes(func=cst.Name(self._binding[0]), args=arglist(call, args))
 
 
 def _message_values(ctx: SiteContext, call: cst.Call, message: cst.BaseExpression) -> list[cst.BaseExpression]:

@@ -1,0 +1,67 @@
+"""The run-time code of warn-to-leaf and logger-to-leaf, as gbfix writes it.
+
+A ``torch._dynamo.decorators.leaf_function`` runs eagerly inside the compiled
+graph, but takes neither a class nor a ``Logger`` as an argument. So the shared
+code is a factory (one piece of the generated module): each module that warns
+or logs builds the leaf function it calls once, at import, from a lambda that
+returns its category or logger::
+
+    _gbfix_warn_FutureWarning = gbfix_warn_leaf(lambda: FutureWarning)
+    _gbfix_log_logger = gbfix_log_leaf(lambda: logger)
+
+The lambda is evaluated when the helper runs, so the name is looked up as the
+original call looked it up, in the module's own globals (a logger bound below
+the line, or bound again, is found); no name travels as a string.
+"""
+
+from __future__ import annotations
+
+from gbfix.generated import piece
+
+# The lambda is the warning module's own code: its globals give the module's name,
+# filters and once-per-location registry, and its line is where a warning with
+# stacklevel 1 shows, as warnings.warn(message, category) written in that module.
+WARN_LEAF = piece("gbfix_warn_leaf", '''\
+def gbfix_warn_leaf(category):
+    # A leaf function (kept in compiled graphs, run at run time) that warns with
+    # category(); `category` is a lambda of the module that warns.
+    names, code = category.__globals__, category.__code__
+
+    @torch._dynamo.decorators.leaf_function
+    def gbfix_warn_leaf_call(message, stacklevel=1):
+        if stacklevel > 1:  # the line of a caller, as warnings.warn finds it
+            warnings.warn(message, category(), stacklevel)
+        else:
+            warnings.warn_explicit(
+                message, category(), code.co_filename, code.co_firstlineno,
+                module=names["__name__"], registry=names.setdefault("__warningregistry__", {}), module_globals=names,
+            )
+
+    @gbfix_warn_leaf_call.register_fake
+    def _(message, stacklevel=1):
+        return None
+
+    return gbfix_warn_leaf_call
+''', imports=(("warnings", None), ("torch", None)))
+
+LOG_LEAF = piece("gbfix_log_leaf", '''\
+def gbfix_log_leaf(logger):
+    # A leaf function (kept in compiled graphs, run at run time) that calls a
+    # method of logger(); `logger` is a lambda of the module that logs.
+    @torch._dynamo.decorators.leaf_function
+    def gbfix_log_leaf_call(method, *args):
+        getattr(logger(), method)(*args)
+
+    @gbfix_log_leaf_call.register_fake
+    def _(method, *args):
+        return None
+
+    return gbfix_log_leaf_call
+''')
+
+
+def binding(factory: str, kind: str, name: str) -> tuple[str, str]:
+    """The module-level line that builds, with ``factory``, the leaf helper for the
+    module's ``name`` (a category or a logger): the helper's name and the line."""
+    helper = f"_gbfix_{kind}_{name}"
+    return helper, f"{helper} = {factory}(lambda: {name})\n"
