@@ -383,14 +383,20 @@ class _Session:
     def round(self, run: RunResult, caps: frozenset[str], number: int) -> RunResult | None:
         """One round on the current generation; the run it ends with, or None if nothing was accepted."""
         rnd = _Round(Locator(self.current), self.targets)
+        worth: set[tuple] = set()
         for brk in run.breaks:
             site = rnd.locator.site(brk)
             if site is not None:
                 key = self.ledger.note(site)
+                rnd.sites.setdefault(site_key(site), site)
                 if self.ledger.worth_proposing(key, self._generation(site.path)):
-                    rnd.sites.setdefault(site_key(site), site)
-        # Deselected or `# gbfix: ignore`d sites get no edit (they stay in rnd.sites: known breaks)
-        wanted = {k: s for k, s in rnd.sites.items() if self.opts.selection.keeps(s.code, self.current[s.path].text, s.line)}
+                    worth.add(site_key(site))
+        # Sites no recipe fixed in this version of their file, deselected or `# gbfix: ignore`d
+        # ones get no edit; they stay in rnd.sites: known breaks, not new ones an edit made
+        wanted = {
+            k: s for k, s in rnd.sites.items()
+            if k in worth and self.opts.selection.keeps(s.code, self.current[s.path].text, s.line)
+        }
         self.observe(list(wanted.values()), rnd.locator, caps)
         queue = {}
         for key, site in wanted.items():

@@ -173,3 +173,15 @@ def test_breaks_in_an_imported_module_are_fixed_by_settings_in_the_entry(tmp_pat
     assert set(result.fixed) == {case / "run.py"}
     text = result.fixed[case / "run.py"].decode()
     assert "torch._dynamo.config.allow_rnn = True" in text and "torch._dynamo.config.capture_scalar_outputs = True" in text
+
+
+def test_a_setting_is_not_blamed_for_a_break_gbfix_already_gave_up_on(tmp_path):
+    """Round 1 finds the input check (no safe recipe, in checks.py) and the print in the loop;
+    the `.item()` the loop hid shows in round 2, where its setting's trial still has the input
+    check breaking: a known break, not one the setting made."""
+    case = shutil.copytree(Path(__file__).parents[1] / "fixtures" / "setting_past_known_break", tmp_path / "case").resolve()
+    result = engine.fix([case], parse_entry("python run.py", case), engine.Options())
+    applied = sorted(o.edit.recipe for o in result.outcomes if o.status == "applied")
+    assert applied == ["capture-scalar-outputs", "print-to-op"]
+    assert case / "pkg" / "checks.py" not in result.fixed
+    assert "torch._dynamo.config.capture_scalar_outputs = True" in result.fixed[case / "run.py"].decode()
