@@ -1,0 +1,145 @@
+"""Recompiles are detected and reported like breaks (issue 17, part 1).
+
+tests/fixtures/recompiles/: seven small programs in the shapes that recompile in real code,
+run together by run_all.py, so one real torch run covers them all. Each must be named
+at its source line, with the guard that failed and the expression it guards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gbfix import engine, formats, rccodes, report
+from gbfix.entry import parse as parse_entry
+from gbfix.records import Guard
+from tests.conftest import run_gbfix
+
+FIXTURE = Path(__file__).parent / "fixtures" / "recompiles"
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("recompiles")
+    shutil.copytree(FIXTURE, root, dirs_exist_ok=True)
+    return root.resolve()
+
+
+@pytest.fixture(scope="module")
+def result(folder: Path) -> engine.Result:
+    """One dry run over every program (a real torch run)."""
+    return engine.fix([folder], parse_entry("python run_all.py", folder), engine.Options())
+
+
+def _line(folder: Path, name: str, needle: str) -> int:
+    lines = (folder / name).read_text().splitlines()
+    return next(i for i, text in enumerate(lines, 1) if needle in text)
+
+
+# (file, the text of the line the finding is on, code, guarded expression, text of the failed guard)
+EXPECTED = [
+    ("counter.py", "self.calls += 1", "RC001", "self.calls", "self.calls == 7"),
+    ("train_lr.py", "return w - lr * grad", "RC002", "lr", "lr == 0.1"),
+    ("sampler.py", "return torch.softmax(logits / temperature", "RC002", "temperature", "temperature == 1.0"),
+    ("scheduler.py", "scale = min(1.0, (sched.step_num", "RC001", "sched.step_num", "sched.step_num == 0"),
+    # a tensor's size: Dynamo keeps no user stack for it; the call of the compiled module is where mark_dynamic goes
+    ("generate.py", "next_token = model(tokens)", "RC003", "tokens.size()[1]", "tensor 'tokens' size mismatch at index 1"),
+    ("hf_config.py", "if self.config.output_attentions:", "RC004", "self.config.output_attentions", "self.config.output_attentions == False"),
+    ("batches.py", "total += model(batch)", "RC003", "x.size()[0]", "tensor 'x' size mismatch at index 0"),
+]
+
+
+@pytest.mark.parametrize(("name", "needle", "code", "source", "guard"), EXPECTED, ids=[e[0] for e in EXPECTED])
+def test_each_recompile_is_named_at_its_line_with_its_guard(result, folder, name, needle, code, source, guard):
+    hits = [f for f in result.findings if f.path == folder / name and f.code == code]
+    assert len(hits) == 1, [report.diagnostic(f) for f in result.findings]
+    f = hits[0]
+    assert f.line == _line(folder, name, needle)
+    assert f.status == "recompile" and f.col is not None
+    assert f"guard `{guard}" in f.message and f"failed on `{source}`" in f.message
+    assert "reported, not fixed yet" in f.detail
+    facts = rccodes.describe(f.code, f.recompiles)
+    assert (facts["source"], facts["cause"]) == (source, code)
+
+
+def test_the_recompile_limit_is_reported_first_in_place_of_gb0039(result, folder):
+    first = result.findings[0]
+    assert (first.code, first.path, first.line) == ("RC100", folder / "counter.py", _line(folder, "counter.py", "def forward"))
+    assert "recompile_limit (8)" in first.message and "runs eagerly" in first.message
+    assert "RC001 `self.calls`" in first.message
+    assert not [f for f in result.findings if f.code == "GB0039"]  # the same event, said better by RC100
+    assert [f.code for f in result.findings].count("RC100") == 1
+
+
+def test_recompiles_are_reported_not_fixed(result):
+    assert not result.fixed and not result.outcomes
+    line = report.summary(result, applied=False)
+    assert line.startswith("No graph breaks found in")
+    assert line.endswith("Found 14 recompiles at 7 sites, 1 frame over the recompile limit (running eagerly): reported, not fixed yet.")
+    assert report.exit_code(result, applied=False) == 1
+    assert report.exit_code(result, applied=True) == 1  # nothing fixed them
+
+
+def test_text_json_sarif_github(result, folder):
+    text = [report.diagnostic(f, display=lambda p: p.name) for f in result.findings]
+    assert text[0].startswith(f"counter.py:{_line(folder, 'counter.py', 'def forward')}:5: RC100 `forward` hit")
+    doc = formats.fix_document(result, applied=False, summary="s", exit_code=1, suppressed=0, display=lambda p: p.name)
+    data = json.loads(formats.render("json", doc, folder))
+    rc001 = next(d for d in data["findings"] if d["code"] == "RC001" and d["path"] == "counter.py")
+    assert rc001["recompile"]["count"] == 8 and rc001["recompile"]["function"] == "forward"
+    assert data["findings"][0]["level"] == "error" and rc001["level"] == "warning"
+    assert data["counts"]["recompile"] == len(result.findings)
+    sarif = json.loads(formats.render("sarif", doc, folder))
+    rules = {r["id"]: r for r in sarif["runs"][0]["tool"]["driver"]["rules"]}
+    assert rules["RC003"]["shortDescription"]["text"] == "a tensor's size changed between calls"
+    github = formats.render("github", doc, folder).splitlines()
+    assert any(ln.startswith("::error ") and "title=RC100" in ln for ln in github)
+
+
+GUARDS = [
+    ("self.calls == 3", "RC001", "self.calls"),
+    ("lr == 0.1", "RC002", "lr"),
+    ("tensor 'L['x']' size mismatch at index 0. expected 2, actual 3", "RC003", "x.size()[0]"),
+    ("tensor 'x' stride mismatch at index 1. expected 1, actual 4", "RC003", "x.stride()[1]"),
+    ("self.flag == False", "RC004", "self.flag"),
+    ("mode == 'a'", "RC004", "mode"),
+    ("G['SCALE'] == 1.0", "RC005", "SCALE"),
+    ("tensor 'x' dtype mismatch. expected Float, actual Double", "RC006", "x.dtype"),
+    ("___check_obj_id(L['fn'], 140000)", "RC007", "fn"),
+    ("len(xs) == 1", "RC008", "xs"),
+    ("BACKEND_MATCH failure: torch.compile detected different backend callables.", "RC009", None),
+]
+
+
+@pytest.mark.parametrize(("text", "code", "source"), GUARDS)
+def test_guard_causes(text, code, source):
+    """Guard texts as torch 2.13's Dynamo writes them (seen in real runs)."""
+    why = rccodes.cause(Guard(text))
+    assert why.code == code
+    if source is not None:
+        assert why.source == source
+
+
+def test_check_fails_on_a_recompile_the_baseline_does_not_list(tmp_path):
+    shutil.copy(FIXTURE / "counter.py", tmp_path / "counter.py")
+    env = {**os.environ, "GBFIX_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("GBFIX_NO_CACHE", None)  # the second check reuses the first one's run
+    update = run_gbfix("check", "-q", "-e", "python counter.py", "--update-baseline", "counter.py", cwd=tmp_path, env=env)
+    assert update.returncode == 0, update.stderr
+    baseline = tmp_path / ".gbfix-baseline.json"
+    data = json.loads(baseline.read_text())
+    assert sorted(e["code"] for e in data["breaks"]) == ["RC001", "RC100"]
+    data["breaks"] = [e for e in data["breaks"] if e["code"] != "RC001"]
+    baseline.write_text(json.dumps(data))
+    proc = run_gbfix("check", "-q", "-e", "python counter.py", "counter.py", cwd=tmp_path, env=env)
+    assert proc.returncode == 1, proc.stderr
+    line = _line(tmp_path, "counter.py", "self.calls += 1")
+    assert proc.stdout.splitlines() == [
+        f"counter.py:{line}:9: RC001 `forward` recompiled 8 times: guard `self.calls == 7` failed on `self.calls` (new: not in the baseline)"
+    ]
+    ignored = run_gbfix("check", "-q", "-e", "python counter.py", "--ignore", "RC001", "counter.py", cwd=tmp_path, env=env)
+    assert ignored.returncode == 0, ignored.stderr
