@@ -14,12 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from gbfix import engine, formats, rccodes, report
+from gbfix import engine, explain, formats, html_report, rccodes, report
 from gbfix.entry import parse as parse_entry
+from gbfix.errors import GbfixError
 from gbfix.records import Guard
+from gbfix.rules import parse
 from tests.conftest import run_gbfix
 
 FIXTURE = Path(__file__).parent / "fixtures" / "recompiles"
+pytest_plugins = ["pytester"]
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +84,8 @@ def test_recompiles_are_reported_not_fixed(result):
     assert line.startswith("No graph breaks found in")
     assert line.endswith("Found 14 recompiles at 7 sites, 1 frame over the recompile limit (running eagerly): reported, not fixed yet.")
     assert report.exit_code(result, applied=False) == 1
-    assert report.exit_code(result, applied=True) == 1  # nothing fixed them
+    # --apply: the frame over the limit is Dynamo's break GB0039 (shown as RC100): it remains
+    assert (result.remaining, report.exit_code(result, applied=True)) == (1, 1)
 
 
 def test_text_json_sarif_github(result, folder):
@@ -98,6 +102,15 @@ def test_text_json_sarif_github(result, folder):
     assert rules["RC003"]["shortDescription"]["text"] == "a tensor's size changed between calls"
     github = formats.render("github", doc, folder).splitlines()
     assert any(ln.startswith("::error ") and "title=RC100" in ln for ln in github)
+
+
+def test_html_report(result):
+    page = html_report.render(result, summary=report.summary(result, applied=False))
+    assert "<title>gbfix fix: 0 graph breaks, 8 recompile sites</title>" in page
+    assert page.count("recompile: reported, not fixed yet") >= 16  # a badge in the list and on each finding
+    n = len(result.baseline.recompiles)
+    assert n == 14  # the counter 8 times (the attempt over the limit included), the six others once each
+    assert f"<tr><th>recompiles</th><td class=\"n\">{n}</td>" in page
 
 
 GUARDS = [
@@ -143,3 +156,74 @@ def test_check_fails_on_a_recompile_the_baseline_does_not_list(tmp_path):
     ]
     ignored = run_gbfix("check", "-q", "-e", "python counter.py", "--ignore", "RC001", "counter.py", cwd=tmp_path, env=env)
     assert ignored.returncode == 0, ignored.stderr
+
+
+RULES = Path(__file__).resolve().parent.parent / "rules"
+
+
+def test_every_rc_code_has_a_page_and_explain_shows_it():
+    assert {p.stem for p in RULES.glob("RC*.md")} == set(rccodes.CODES)
+    for code, (title, _) in rccodes.CODES.items():
+        assert explain.explain(code.lower()).title == title
+    text = explain.render(explain.explain("RC100"))
+    assert "No gbfix recipe answers RC100 yet: recompiles are reported, not fixed." in text
+    with pytest.raises(GbfixError, match="unknown recompile code RC010"):
+        explain.explain("RC010")
+
+
+@pytest.fixture(scope="module")
+def page_examples(tmp_path_factory):
+    """Every RC page's `Not fixed` program, all run by one entry (a real torch run)."""
+    root = tmp_path_factory.mktemp("rcpages").resolve()
+    examples = []
+    for page in sorted(RULES.glob("RC*.md")):
+        for i, ex in enumerate(parse(page)):
+            name = f"{page.stem.lower()}_{i}.py"
+            (root / name).write_text(ex.before, encoding="utf-8")
+            examples.append((page.stem, name))
+    names = [name for _, name in examples]
+    # absolute paths: the code objects' file names, as a script run by `python` has them
+    runner = f"import os\nimport runpy\n\nfor f in {names!r}:\n    runpy.run_path(os.path.abspath(f), run_name='__main__')\n"
+    (root / "run_pages.py").write_text(runner)
+    result = engine.fix([root], parse_entry("python run_pages.py", root), engine.Options(unsafe_fixes=True))
+    return root, examples, result
+
+
+def test_rc_page_examples_recompile_with_their_code(page_examples):
+    root, examples, result = page_examples
+    assert len(examples) >= 7 and not result.fixed
+    for code, name in examples:
+        codes = {f.code for f in result.findings if f.path == root / name}
+        assert code in codes, (name, codes)
+
+
+COUNTER_TEST = '''\
+import torch
+
+from counter import Scaled
+
+
+def test_counter():
+    model = torch.compile(Scaled())
+    for _ in range(10):
+        model(torch.ones(2, 4))
+    assert model.calls == 10
+'''
+
+
+def test_pytest_plugin_reports_recompiles_and_fails_on_new_ones(pytester, monkeypatch):
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # this suite may itself run in a worker
+    shutil.copy(FIXTURE / "counter.py", pytester.path / "counter.py")
+    pytester.makepyfile(test_counter=COUNTER_TEST)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--gbfix-baseline", "none.json", timeout=240)
+    assert result.ret == 1, result.stdout.str()
+    result.assert_outcomes(passed=1)
+    line = _line(pytester.path, "counter.py", "self.calls += 1")
+    result.stdout.fnmatch_lines([
+        "test_counter.py::test_counter",
+        f"    counter.py:{_line(pytester.path, 'counter.py', 'def forward')}:5: RC100 forward hit recompile_limit (8), runs eagerly (in Scaled.forward)",
+        f"    counter.py:{line}:9: RC001 recompile of forward, a number on an object changed between calls: `self.calls == 0` (in Scaled.forward)",  # the test's first
+        "gbfix: no graph breaks (eager backend).",
+        "gbfix: 2 recompile sites in the project (RC codes): reported, not fixed yet.",
+        "gbfix: 2 graph breaks not in the baseline none.json (the file does not exist): RC001 in counter.py (Scaled.forward), RC100 in counter.py (Scaled.forward); the session fails.",
+    ])
