@@ -227,3 +227,34 @@ def test_pytest_plugin_reports_recompiles_and_fails_on_new_ones(pytester, monkey
         "gbfix: 2 recompile sites in the project (RC codes): reported, not fixed yet.",
         "gbfix: 2 graph breaks not in the baseline none.json (the file does not exist): RC001 in counter.py (Scaled.forward), RC100 in counter.py (Scaled.forward); the session fails.",
     ])
+
+
+def test_a_torch_without_the_private_hooks_records_less_and_says_so(monkeypatch):
+    from torch._dynamo import convert_frame
+
+    from gbfix.child import recompiles as child
+
+    # install() replaces the hooks in this process: monkeypatch puts the originals back
+    monkeypatch.setattr(convert_frame, "get_and_maybe_log_recompilation_reasons", convert_frame.get_and_maybe_log_recompilation_reasons)
+    monkeypatch.delattr(convert_frame, "exceeds_recompile_limit")
+    partial = child.RecompileRecorder()
+    child.install(partial)
+    assert partial.notes == ["this torch has no convert_frame.exceeds_recompile_limit: recompile-limit hits not flagged"]
+    monkeypatch.delattr(convert_frame, "get_and_maybe_log_recompilation_reasons")
+    none = child.RecompileRecorder()
+    child.install(none)
+    assert none.notes == ["this torch has no convert_frame.get_and_maybe_log_recompilation_reasons: recompiles not recorded"]
+
+
+@pytest.mark.parametrize(
+    ("reason", "text"),
+    [
+        ("0/1: self.calls == 1                    # self.calls += 1  # x.py:20 in forward (HINT: ...)", "self.calls == 1"),
+        ('1/0: lr == 0.1    # return x * lr  # x.py:31 in f\nUser stack trace:\n  File "/x.py", line 31, in f\n    return x * lr', "lr == 0.1"),
+        ("2/0: tensor 'x' size mismatch at index 0. expected 2, actual 3", "tensor 'x' size mismatch at index 0. expected 2, actual 3"),
+    ],
+)  # reasons as torch 2.13 writes them (seen in real runs)
+def test_guard_text_out_of_dynamos_reason(reason, text):
+    from gbfix.child.recompiles import guard_text
+
+    assert guard_text(reason) == text
