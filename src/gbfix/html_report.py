@@ -200,7 +200,7 @@ def _meta(result: Any, command: str, applied: bool, suppressed: int) -> str:
 def _counts(result: Any, command: str, applied: bool) -> str:
     before = result.baseline
     after = getattr(result, "final", None) if command == "fix" else None
-    shown = [f for f in result.findings if f.status != "outside"]
+    shown = [f for f in result.findings if f.status != "outside" and not f.code.startswith("RC")]  # break sites
 
     def n(value: Any) -> str:
         return "n/a" if value is None else _e(value)
