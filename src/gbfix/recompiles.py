@@ -15,17 +15,10 @@ import os
 from pathlib import Path
 
 from gbfix.ledger import Finding
+from gbfix.locate import innermost_in
 from gbfix.rccodes import CODES, LIMIT, LIMIT_BREAK, STATUS, GuardCause, cause
-from gbfix.records import Frame, Guard, Recompile
+from gbfix.records import Guard, Recompile
 from gbfix.sources import SourceFile, char_column
-
-
-def _target_frame(stack: tuple[Frame, ...], targets: set[Path]) -> tuple[Path, Frame] | None:
-    for frame in reversed(stack):
-        path = Path(os.path.realpath(frame.file))
-        if path in targets:
-            return path, frame
-    return None
 
 
 def _column(files: dict[Path, SourceFile], path: Path, line: int, byte_col: int | None) -> int | None:
@@ -45,7 +38,7 @@ def _where(rc: Recompile, guard: Guard | None, files: dict[Path, SourceFile]) ->
     frame (a tensor's size: where ``mark_dynamic`` would go), else its def."""
     targets = set(files)
     for stack in ((guard.stack if guard else ()), rc.stack):
-        if hit := _target_frame(stack, targets):
+        if hit := innermost_in(stack, targets):
             path, frame = hit
             return path, frame.line, _column(files, path, frame.line, frame.col)
     path = Path(os.path.realpath(rc.file))
