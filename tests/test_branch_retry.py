@@ -27,7 +27,8 @@ def test_rejected_branch_is_retried_after_its_inner_break_is_fixed(tmp_path: Pat
     # first attempt fails inside torch.cond; the second, after the GB0036 fix, is applied
     assert cond[0][0] == "rejected:output-mismatch" and "UncapturedHigherOrderOpError" in result.outcomes[0].detail
     assert cond[-1][0] == "applied"
-    assert {f.code: f.status for f in result.findings} == {"GB0170": "fixed", "GB0036": "fixed"}
+    breaks = {f.code: f.status for f in result.findings if f.status != "recompile"}  # it also recompiles (RC003)
+    assert breaks == {"GB0170": "fixed", "GB0036": "fixed"}
     assert result.remaining == 0
     fixed = result.fixed[script].decode()
     assert "    return torch.cond((m == 0).all(), lambda: h.mean(), lambda: h[m > 0].sum())\n" in fixed
@@ -67,7 +68,8 @@ def test_declined_branch_is_proposed_again_once_its_arm_is_fixed(tmp_path: Path)
     shutil.copytree(FIXTURE, tmp_path, dirs_exist_ok=True)
     script = (tmp_path / "item_arm.py").resolve()
     result = engine.fix([script], parse_entry("python item_arm.py", tmp_path), engine.Options())
-    assert {f.code: f.status for f in result.findings} == {"GB0170": "fixed", "GB0124": "fixed"}
+    breaks = {f.code: f.status for f in result.findings if f.status != "recompile"}  # it also recompiles (RC002)
+    assert breaks == {"GB0170": "fixed", "GB0124": "fixed"}
     applied = [o.edit.recipe for o in result.outcomes if o.status == "applied"]
     assert applied[-1] == "branch-to-where" and len(applied) == 2
     assert "    h = torch.where(h.abs().max() > 0.5, h * ref.max()" in result.fixed[script].decode()

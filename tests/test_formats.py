@@ -128,7 +128,7 @@ def test_json_document(made):
     ]
     assert data["diff"].startswith("--- a/pkg/model.py\n+++ b/pkg/model.py\n") and "+x = 2\n" in data["diff"]
     assert data["notes"] == ["a note"] and data["written"] == [] and data["entry"] == "python run.py"
-    assert data["counts"] == {"fixed": 1, "fixable-unsafe": 1, "unfixed": 2, "outside": 1, "suppressed": 2}
+    assert data["counts"] == {"fixed": 1, "fixable-unsafe": 1, "unfixed": 2, "outside": 1, "recompile": 0, "suppressed": 2}
     applied = formats.to_json(document(result, root, applied=True))
     assert applied["mode"] == "apply" and applied["diff"] is None and applied["written"] == ["pkg/model.py"]
     assert applied["findings"][0]["level"] == "note"

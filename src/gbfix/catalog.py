@@ -1,7 +1,7 @@
 """Writes the docs generated from the recipe registry: ``python -m gbfix.catalog``.
 
 Two outputs, both from ``gbfix.recipes`` (each recipe's name, GB codes, safety and
-``summary``) and the ``rules/GB*.md`` pages' titles:
+``summary``) and the ``rules/GB*.md`` and ``rules/RC*.md`` pages' titles:
 
 - README.md's recipe table, between ``<!-- recipes:start -->`` and ``<!-- recipes:end -->``,
   in the order of preference the engine tries recipes in (``recipes.candidates``: the
@@ -119,6 +119,19 @@ def rules_index(rules_dir: Path) -> str:
         answering = [r for r in order if code in r.codes]
         names = ", ".join(f"[`{r.name}`]({r.rule}.md#{r.name}) ({r.safety})" for r in answering) or "none"
         lines.append(f"| [{code}]({page.name}) | {_cell(_title(page))} | {names} |")
+    lines += [
+        "",
+        "## Recompile codes",
+        "",
+        "Why Dynamo compiled a frame again (`RC` codes, gbfix's own: they cannot be taken for",
+        "Dynamo's `GB` codes), by the kind of the guard that failed; RC100 is a frame that hit",
+        "the recompile limit and runs eagerly. Recompiles are reported, not fixed yet; each page",
+        "says what to do by hand, and its `Not fixed` examples are programs that recompile.",
+        "",
+        "| code | title |",
+        "|---|---|",
+        *(f"| [{page.stem}]({page.name}) | {_cell(_title(page))} |" for page in sorted(rules_dir.glob("RC*.md"))),
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -2,8 +2,8 @@
 
 One detection run of the entry (the engine's baseline run: eager backend, Dynamo's
 reporting hooked), each break located in the targets as ``fix`` locates it, and the
-sites compared to the baseline file (``gbfix.baseline``). Exit 1 only for breaks the
-baseline does not list; ``--update-baseline`` writes the file instead. Nothing is fixed.
+sites compared to the baseline file (``gbfix.baseline``). Recompiles are sites too, by
+their RC code (``gbfix.recompiles``). Exit 1 only for breaks or recompiles the baseline does not list; ``--update-baseline`` writes the file instead. Nothing is fixed.
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import click
 
 from gbfix import baseline as bl
-from gbfix import folder_lock, report, result_cache, scratch
+from gbfix import folder_lock, recompiles, report, result_cache, scratch
 from gbfix.config import resolve as settings_for
 from gbfix.detect import Prober
 from gbfix.engine import Finding, Result, message
@@ -111,9 +111,15 @@ def main(
     if found.reused:
         click.echo(f"note: {result_cache.REUSED.format(what='detection run')}", err=True)
     selection = Filter(settings["select"], settings["ignore"])
-    checked = [s for s in found.sites if selection.keeps(s.code, found.files[s.path].text, s.line)]
-    suppressed = sum(1 for s in found.sites if selection.suppressed(s.code, found.files[s.path].text, s.line))
-    keys = {id(s): bl.key(s.code, s.path, s.line, root) for s in checked}
+    # The break sites, and the recompiles as sites of their own (an RC100 stands for Dynamo's GB0039 at its def)
+    every = recompiles.merge([_finding(s, "", "") for s in found.sites], found.run.recompiles, found.files)
+    for f in every:
+        if f.path is None:
+            click.echo(f"note: {f.code} outside the targets ({f.detail.split(';')[0]}), not checked", err=True)
+    every = [f for f in every if f.path is not None]
+    checked = [f for f in every if selection.keeps(f.code, found.files[f.path].text, f.line)]
+    suppressed = sum(1 for f in every if selection.suppressed(f.code, found.files[f.path].text, f.line))
+    keys = {id(f): bl.key(f.code, f.path, f.line, root) for f in checked}
     current = Counter(keys.values())
     again = "gbfix check --update-baseline" + (f" --baseline {baseline_file}" if baseline_file else "")
     outside = [brk for brk in found.outside if selection.selects(brk.root.code or brk.root.gb_type)]
@@ -133,27 +139,27 @@ def main(
         change = "" if known is None else f" ({before} before)"
         kept = f"; {sum(unselected.values())} of codes not selected kept" if unselected else ""
         summary = f"Wrote {shown}: {n} graph break{'s' if n != 1 else ''} in {len(written)} entr{'ies' if len(written) != 1 else 'y'}{change}{kept}."
-        findings = [_finding(site, "baseline", "written to the baseline") for site in checked]
+        findings = [replace(f, status="baseline", detail="written to the baseline") for f in checked]
         _report(fmt, html_file, found, findings, outside, summary, 0, suppressed, shown, None, update=True)
         click.echo(summary, err=True)
         return 0
 
     cmp = bl.compare(current, known)
     findings = []
-    for site in checked:
-        k = keys[id(site)]
+    for f in checked:
+        k = keys[id(f)]
         if k in cmp.new:
             had = known[k] if known else 0
             detail = "new: not in the baseline" if not had else f"new: {current[k]} {k[0]} in {k[2]}, the baseline allows {had}"
-            findings.append(_finding(site, "new", detail))
+            findings.append(replace(f, status="new", detail=detail))
             if fmt == "text":
                 click.echo(report.diagnostic(findings[-1]))
         else:
-            findings.append(_finding(site, "baseline", f"in the baseline: {bl.describe(k)}"))
+            findings.append(replace(f, status="baseline", detail=f"in the baseline: {bl.describe(k)}"))
     note = bl.stale_note(cmp, shown, f"run `{again}`")
     if note:
         click.echo(f"note: {note}", err=True)
-    summary = _summary(found, len(checked), suppressed, cmp, shown, again)
+    summary = _summary(found, len(checked), suppressed, cmp, shown, again, any(f.code.startswith("RC") for f in checked))
     code = 1 if cmp.new else 0
     _report(fmt, html_file, found, findings, outside, summary, code, suppressed, shown, cmp)
     click.echo(summary, err=True)
@@ -210,13 +216,15 @@ def _report(
         click.echo(f"wrote the HTML report {report.display_path(html_file.resolve())}", err=True)
 
 
-def _summary(found: Detected, n: int, suppressed: int, cmp: bl.Comparison, shown: str, again: str) -> str:
+def _summary(found: Detected, n: int, suppressed: int, cmp: bl.Comparison, shown: str, again: str, recompiled: bool = False) -> str:
     tail = f" {suppressed} suppressed." if suppressed else ""
     if n == 0:
         if found.run.compiled_calls == 0:
             return "Nothing to check: the entry never called compiled code (torch.compile)."
         return f"No graph breaks found in {found.run.compiled_calls} call(s) of compiled code." + tail
     noun = "graph break" if n == 1 else "graph breaks"
+    if recompiled:  # recompiles are checked like breaks (rccodes)
+        noun = "graph break or recompile site" if n == 1 else "graph break and recompile sites"
     if cmp.known is None:
         return f"Found {n} {noun}, all new: no baseline at {shown} (`{again}` writes one)." + tail
     if not cmp.new:

@@ -14,7 +14,7 @@ from gbfix.entry import Entry
 from gbfix.errors import EntryError, GbfixError
 from gbfix.gbcodes import torch_dir
 from gbfix.launch import Fresh, Launched, Timeout, Warm, WorkerLost
-from gbfix.records import Break, LogRecord, ObservedCall, RunResult, WarningRecord
+from gbfix.records import Break, LogRecord, ObservedCall, Recompile, RunResult, WarningRecord
 
 DEFAULT_TIMEOUT = 900.0
 # The files of one run's folder, as the spec names them to the child and Pending reads them back.
@@ -278,4 +278,6 @@ class Pending:
             sources=tuple(data["sources"]),
             wrote=tuple(data["wrote"]["paths"]),
             wrote_more=data["wrote"]["more"],
+            recompiles=tuple(Recompile.from_json(r) for r in data.get("recompiles", ())),
+            recompile_notes=tuple(data.get("recompile_notes", ())),
         )

@@ -14,10 +14,20 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gbfix import edits as edit_ops
-from gbfix import escape, fullgraph, generated, recipes, result_cache, scratch, sources, writes
+from gbfix import (
+    escape,
+    fullgraph,
+    generated,
+    recipes,
+    recompiles,
+    result_cache,
+    scratch,
+    sources,
+    writes,
+)
 from gbfix.detect import Pending, Prober, RunFailed, warm_worker
-from gbfix.errors import EntryError
 from gbfix.entry import Entry
+from gbfix.errors import EntryError
 from gbfix.launch import Warm
 from gbfix.ledger import Finding, SiteLedger, Snapshot, message
 from gbfix.linemap import LineMap
@@ -25,7 +35,15 @@ from gbfix.locate import Locator, owned_frame
 from gbfix.records import Edit, ObservedCall, Outcome, RunResult, Site, Status
 from gbfix.sources import SourceFile
 from gbfix.suppress import Filter
-from gbfix.verify import Noise, TrialBreak, behaviour_diff, describe, place, site_key, site_verdict
+from gbfix.verify import (
+    Noise,
+    TrialBreak,
+    behaviour_diff,
+    describe,
+    place,
+    site_key,
+    site_verdict,
+)
 
 MAX_ROUNDS = 4
 
@@ -533,7 +551,7 @@ class _Session:
         proven = self.prove_fullgraph(run) if self.opts.fullgraph else None
         fixed = {p: s.data for p, s in self.current.items() if s.data != self.originals[p].data}
         fixed |= generated.complete(fixed)  # the packages' generated modules: new, or extended
-        findings = tuple(self.findings(run, caps))
+        findings = tuple(recompiles.merge(self.findings(run, caps), self.baseline.recompiles, self.originals))
         return Result(
             entry=self.entry,
             findings=findings,
@@ -541,12 +559,12 @@ class _Session:
             originals=self.originals,
             fixed=fixed,
             # Sites, as the findings count them: Dynamo reports one site once per frame it breaks in.
-            remaining=sum(1 for f in findings if f.status != "fixed"),
+            remaining=sum(1 for f in findings if f.status not in ("fixed", "recompile")),
             fullgraph=proven,
             baseline=self.baseline,
             runs=self.prober.runs,
             seconds=time.perf_counter() - started,
-            notes=(*self.notes, *self.prober.notes, runs_note(self.entry, self.prober.runs, self.baseline)),
+            notes=(*self.notes, *self.baseline.recompile_notes, *self.prober.notes, runs_note(self.entry, self.prober.runs, self.baseline)),
             final=run,
         )
 

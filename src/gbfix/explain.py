@@ -12,10 +12,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import gbfix
-from gbfix import gbcodes, rules
+from gbfix import gbcodes, rccodes, rules
 from gbfix.errors import GbfixError
 
 _CODE = re.compile(r"^(?:gb)?(\d{1,4})$", re.IGNORECASE)
+_RC = re.compile(r"^rc(\d{1,3})$", re.IGNORECASE)  # gbfix's recompile codes (gbfix.rccodes)
 _BULLET = re.compile(r"^- \*\*(.+?)\*\*: *(.*)$")
 _WIDTH = 88
 
@@ -50,6 +51,8 @@ class Explanation:
 
 
 def normalize(code: str) -> str:
+    if m := _RC.match(code.strip()):
+        return f"RC{int(m.group(1)):03d}"
     m = _CODE.match(code.strip())
     if m is None:
         raise GbfixError(f"not a graph break code: {code!r} (expected e.g. GB0170, gb0170 or 170)")
@@ -77,6 +80,8 @@ def torch_version() -> str | None:
 
 def explain(code: str) -> Explanation:
     code = normalize(code)
+    if code.startswith("RC"):
+        return _explain_recompile(code)
     if gbcodes.torch_dir() is None:
         raise GbfixError("torch is not installed: gbfix explain reads the graph break registry of the installed torch")
     version = torch_version() or "unknown version"
@@ -97,6 +102,20 @@ def explain(code: str) -> Explanation:
         catalog=None,
         catalog_installed=folder is not None,
     )
+    if page is not None and page.is_file():
+        out.catalog = f"rules/{page.name}"
+        _read_page(page, out)
+    return out
+
+
+def _explain_recompile(code: str) -> Explanation:
+    """An RC code: gbfix's own (no registry entry, no recipe yet), from its page."""
+    if code not in rccodes.CODES:
+        raise GbfixError(f"unknown recompile code {code} (gbfix knows {', '.join(rccodes.CODES)})")
+    folder = catalog_dir()
+    out = Explanation(code=code, torch=torch_version() or "unknown version", registry=[], recipes=[], catalog=None,
+                      catalog_installed=folder is not None, title=rccodes.CODES[code][0])
+    page = folder / f"{code}.md" if folder else None
     if page is not None and page.is_file():
         out.catalog = f"rules/{page.name}"
         _read_page(page, out)
@@ -198,7 +217,9 @@ def render(e: Explanation) -> str:
     lines: list[str] = []
     current = e.registry[0] if e.registry else None
     lines.append(f"{e.code}: {current.gb_type if current else e.title}")
-    if current is None:
+    if e.code.startswith("RC"):
+        lines += _para("", "A gbfix recompile code: why Dynamo compiled a frame again (reported, not fixed yet).", "  ")
+    elif current is None:
         lines.append(f"  (not in the installed torch's registry, torch {e.torch})")
     for i, v in enumerate(e.registry):
         if i == 0:
@@ -230,6 +251,8 @@ def render(e: Explanation) -> str:
     if e.recipes:
         lines.append("Recipes, in the order gbfix tries them (unsafe ones only with --unsafe-fixes):")
         lines += [f"  {r['name']} ({r['safety']}): {r['summary']}" for r in e.recipes]
+    elif e.code.startswith("RC"):
+        lines.append(f"No gbfix recipe answers {e.code} yet: recompiles are reported, not fixed.")
     else:
         lines.append(f"No gbfix recipe answers {e.code}.")
     for ex in e.examples:

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import quote
 
+from gbfix import rccodes
+
 FORMATS = ("text", "json", "github", "sarif")
 JSON_FORMAT_VERSION = 1
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
@@ -80,7 +82,7 @@ def render(fmt: str, doc: Document, cwd: Path | None = None) -> str:
 
 # --- documents from the commands' results ---------------------------------------
 
-_FIX_LEVEL = {"fixed": "warning", "fixable-unsafe": "warning", "unfixed": "error", "outside": "warning"}
+_FIX_LEVEL = {"fixed": "warning", "fixable-unsafe": "warning", "unfixed": "error", "outside": "warning", "recompile": "warning"}
 
 
 def fix_document(
@@ -101,7 +103,12 @@ def fix_document(
         level = "note" if fixed and applied else _FIX_LEVEL.get(f.status, "warning")
         hint = ("fixed: gbfix wrote a verified edit" if applied else "fixable: gbfix --apply writes a verified edit") if fixed else ""
         path = display(f.path) if f.path is not None else None
-        diagnostics.append(Diagnostic(path, f.path, f.line, f.col, f.code, f.message, f.status, f.detail, level, hint))
+        more = {}
+        if getattr(f, "recompiles", ()):  # a recompile finding: its frame and guard, for tools
+            more = {"recompile": rccodes.describe(f.code, f.recompiles)}
+            if f.code == rccodes.LIMIT:  # the frame runs eagerly from then on
+                level = "error"
+        diagnostics.append(Diagnostic(path, f.path, f.line, f.col, f.code, f.message, f.status, f.detail, level, hint, more))
     where = {id(f.brk): f for f in result.findings if f.brk is not None}
     edits = []
     for o in result.outcomes:
@@ -127,7 +134,7 @@ def fix_document(
         "notes": list(result.notes),
         "counts": {
             "fixed": counts["fixed"], "fixable-unsafe": counts["fixable-unsafe"], "unfixed": counts["unfixed"],
-            "outside": counts["outside"], "suppressed": suppressed,
+            "outside": counts["outside"], "recompile": counts["recompile"], "suppressed": suppressed,
         },
         "remaining": result.remaining,
         "fullgraph": result.fullgraph,
@@ -247,6 +254,9 @@ def _rule(d: Diagnostic) -> dict[str, Any]:
         known = entry(d.code)
         rule["shortDescription"] = {"text": known["Gb_type"] if known else d.message}  # the registry's Explanation is a template
         rule["helpUri"] = f"{GB_SITE}gb/{d.code.lower()}.html"
+    elif d.code in rccodes.CODES:
+        rule["shortDescription"] = {"text": rccodes.CODES[d.code][0]}
+        rule["help"] = {"text": rccodes.CODES[d.code][1]}
     elif d.code == "E999":
         rule["shortDescription"] = {"text": "The file does not parse"}
     elif d.code == "E902":

@@ -34,6 +34,7 @@ _STATUS = {  # finding status -> (label, css class)
     "outside": ("outside the targets", "muted"),
     "new": ("new: not in the baseline", "bad"),
     "baseline": ("in the baseline", "muted"),
+    "recompile": ("recompile: reported, not fixed yet", "warn"),
 }
 _EDIT = {  # outcome status -> (verdict, css class)
     "applied": ("verified: the break is gone and the program behaves the same", "ok"),
@@ -103,6 +104,10 @@ def render(
     """
     lookup = explanation or registry_entry
     title = f"gbfix {command}: {len(result.findings)} graph break{'' if len(result.findings) == 1 else 's'}"
+    recompiled = sum(1 for f in result.findings if f.code.startswith("RC"))
+    if recompiled:  # recompile sites (gbfix.recompiles) are listed with the breaks
+        n = len(result.findings) - recompiled
+        title = f"gbfix {command}: {n} graph break{'' if n == 1 else 's'}, {recompiled} recompile site{'' if recompiled == 1 else 's'}"
     by_finding, unmatched = _edits_by_finding(result)
     hunks = _hunks(result, display)
     body = [f"<h1>{_e(title)}</h1>", _meta(result, command, applied, suppressed)]
@@ -110,7 +115,7 @@ def render(
         body.append(f'<p class="summary">{_e(summary)}</p>')
     body.append(_counts(result, command, applied))
     if result.findings:
-        body.append("<h2>Graph breaks</h2>")
+        body.append("<h2>Graph breaks and recompiles</h2>" if recompiled else "<h2>Graph breaks</h2>")
         body.append(_toc(result.findings, display))
         for i, f in enumerate(result.findings, 1):
             body.append(_finding(i, f, by_finding.get(i - 1, []), result, command, applied, display, lookup, hunks))
@@ -195,7 +200,7 @@ def _meta(result: Any, command: str, applied: bool, suppressed: int) -> str:
 def _counts(result: Any, command: str, applied: bool) -> str:
     before = result.baseline
     after = getattr(result, "final", None) if command == "fix" else None
-    shown = [f for f in result.findings if f.status != "outside"]
+    shown = [f for f in result.findings if f.status != "outside" and not f.code.startswith("RC")]  # break sites
 
     def n(value: Any) -> str:
         return "n/a" if value is None else _e(value)
@@ -206,6 +211,8 @@ def _counts(result: Any, command: str, applied: bool) -> str:
         ("break sites in the targets", len(shown), sum(f.status != "fixed" for f in shown) if command == "fix" else None),
         ("calls of compiled code", before.compiled_calls, after.compiled_calls if after else None),
     ]
+    if getattr(before, "recompiles", ()):  # Dynamo's recompiles (gbfix.recompiles), limit hits included
+        rows.append(("recompiles", len(before.recompiles), len(after.recompiles) if after else None))
     if command != "fix":
         head = "<tr><th></th><th>this run</th></tr>"
         body = "".join(f"<tr><th>{_e(k)}</th><td class=\"n\">{n(b)}</td></tr>" for k, b, _ in rows[:2] + rows[3:])

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gbfix.linemap import LineMap
 from gbfix.locate import library_leaf
-from gbfix.records import Break, Edit, Site
+from gbfix.records import Break, Edit, Recompile, Site
 
 
 @dataclass(frozen=True)
@@ -27,9 +27,11 @@ class Finding:
     col: int | None  # 1-based character column
     code: str
     message: str
-    status: str  # fixed | unfixed | outside | fixable-unsafe
+    status: str  # fixed | unfixed | outside | fixable-unsafe | recompile
     detail: str = ""
     brk: Break | None = field(default=None, compare=False, repr=False)
+    # A recompile finding (gbfix.recompiles): the recompiles it stands for, oldest first
+    recompiles: tuple[Recompile, ...] = field(default=(), compare=False, repr=False)
 
 
 def message(brk: Break) -> str:

@@ -20,7 +20,12 @@ Pos = tuple[int, int]
 
 def owned_frame(brk: Break, targets: set[Path]) -> tuple[Path, Frame] | None:
     """The innermost frame of the break's stack that lies in a target file."""
-    for frame in reversed(brk.stack):
+    return innermost_in(brk.stack, targets)
+
+
+def innermost_in(stack: tuple[Frame, ...], targets: set[Path]) -> tuple[Path, Frame] | None:
+    """The innermost frame of ``stack`` (outermost first) that lies in a target file."""
+    for frame in reversed(stack):
         path = Path(os.path.realpath(frame.file))
         if path in targets:
             return path, frame

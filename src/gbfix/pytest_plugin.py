@@ -91,9 +91,22 @@ def _install(backend: str) -> None:
 
     recorder = TestBreaks()
     hooks.install(recorder)
+    from gbfix.child import recompiles
+
+    class TestRecompiles(recompiles.RecompileRecorder):
+        """The child's recompile recorder, tagging each recompile with the test that ran it."""
+
+        def add(self, cache_entries, frame, reasons) -> None:
+            n = len(self.recompiles)
+            super().add(cache_entries, frame, reasons)
+            if len(self.recompiles) > n:
+                self.recompiles[-1]["test"] = recorder.test
+
+    recompiled = TestRecompiles()
+    recompiles.install(recompiled)
     if backend == "eager":
         EagerCompile("eager", None).install()
-    _installed.update(recorder=recorder, backend=backend)
+    _installed.update(recorder=recorder, recompiles=recompiled, backend=backend)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -163,12 +176,47 @@ def _locate(record: dict[str, Any], root: Path) -> dict[str, Any]:
     }
 
 
+def _locate_recompile(record: dict[str, Any], root: Path) -> dict[str, Any]:
+    """A recorded recompile as a break record: its RC code at the line that created the failed
+    guard (else the call of the compiled frame, else its def), as ``gbfix.recompiles`` places it."""
+    from gbfix import baseline as bl
+    from gbfix import rccodes
+    from gbfix.records import Frame, Recompile
+
+    rc = Recompile.from_json(record)
+    guard = rc.guards[0] if rc.guards else None
+    code = rccodes.LIMIT if rc.limit else (rccodes.cause(guard).code if guard else "RC009")
+    stacks = () if rc.limit else ((guard.stack if guard else ()), rc.stack)  # RC100: at the def
+    frame = next((f for stack in stacks for f in reversed(stack) if _in_project(f.file, root)), None)
+    frame = frame or Frame(rc.file, rc.line, None, None, rc.function)
+    inside = _in_project(frame.file, root)
+    file = os.path.realpath(frame.file)
+    what = rccodes.CODES[code][0] + (f": `{guard.text}`" if guard else "")
+    return {
+        "test": record.get("test", ""),
+        "code": code,
+        "type": f"recompile of {rc.function}, {what}" if code != rccodes.LIMIT else f"{rc.function} hit {rc.limit}, runs eagerly",
+        "file": file,
+        "line": frame.line,
+        "col": _char_col(file, frame.line, frame.col) if frame.col is not None else _first_col(file, frame.line),
+        "function": bl.enclosing(file, frame.line) if inside else frame.name,
+        "inside": inside,
+    }
+
+
+def _first_col(file: str, line: int) -> int | None:
+    """The 1-based column of the line's first non-blank (a def, where Dynamo gives no column)."""
+    text = linecache.getline(file, line)
+    return len(text) - len(text.lstrip()) + 1 if text.strip() else None
+
+
 class _Session:
     def __init__(self, config: pytest.Config, worker: bool) -> None:
         self.config = config
         self.worker = worker
         self.root = Path(config.rootpath)
         self.start = len(_installed["recorder"].breaks) if _installed else 0
+        self.start_rc = len(_installed["recompiles"].recompiles) if _installed else 0
         self.records: list[dict[str, Any]] = []  # located breaks: this process's, or the workers'
         self.workers = 0
         self.lines: list[str] = []  # the verdict lines of the terminal summary
@@ -209,7 +257,15 @@ class _Session:
 
     def _own_records(self) -> list[dict[str, Any]]:
         recorder = _installed.get("recorder")
-        return [_locate(r, self.root) for r in recorder.breaks[self.start :]] if recorder else []
+        if not recorder:
+            return []
+        out = [_locate(r, self.root) for r in recorder.breaks[self.start :]]
+        rcs = [_locate_recompile(r, self.root) for r in _installed["recompiles"].recompiles[self.start_rc :]]
+        # The recompile limit: RC100 at the def says what Dynamo's GB0039 there says, and more.
+        limits = {(r["file"], r["line"]) for r in rcs if r["code"] == "RC100"}
+        # RC100 first (the frame runs eagerly); one record per recompile site and test.
+        rcs.sort(key=lambda r: r["code"] != "RC100")
+        return [r for r in out if not (r["code"] == "GB0039" and (r["file"], r["line"]) in limits)] + rcs
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:
@@ -301,7 +357,9 @@ class _Session:
                 where = _display(r["file"], self.root) + f":{r['line']}" + (f":{r['col']}" if r["col"] else "")
                 tail = f"in {r['function']}" if r["inside"] else "outside the rootdir, not checked"
                 tr.write_line(f"    {where}: {r['code']} {r['type']} ({tail})")
-        n, sites = sum(len(v) for v in by_test.values()), len(self._sites())
+        recompiled = len({k for k in self._sites() if k[3].startswith("RC")})
+        n = sum(1 for v in by_test.values() for r in v if not r["code"].startswith("RC"))
+        sites = len(self._sites()) - recompiled
         workers = f", {self.workers} workers" if self.workers else ""
         tail = f" {self.suppressed} suppressed." if self.suppressed else ""
         if n == 0:
@@ -312,6 +370,8 @@ class _Session:
                 f"gbfix: {n} graph break{'' if n == 1 else 's'} in {tests} test{'' if tests == 1 else 's'}, "
                 f"{sites} site{'' if sites == 1 else 's'} in the project ({backend} backend{workers})." + tail
             )
+        if recompiled:
+            tr.write_line(f"gbfix: {recompiled} recompile site{'' if recompiled == 1 else 's'} in the project (RC codes): reported, not fixed yet.")
         for line in self.lines:
             tr.write_line(line, red=line.endswith("fails."), bold=line.endswith("fails."))
 

@@ -86,6 +86,52 @@ class Break:
 
 
 @dataclass(frozen=True)
+class Guard:
+    """One guard whose failure made Dynamo compile a frame again, as Dynamo wrote it
+    (``self.calls == 1``, ``lr == 0.1``, ``tensor 'x' size mismatch at index 0. expected 2,
+    actual 3``), with the user stack that created it (outermost first; empty where
+    Dynamo kept none, as for a tensor's size)."""
+
+    text: str
+    stack: tuple[Frame, ...] = ()
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Guard:
+        return cls(d["text"], tuple(Frame.from_json(f) for f in d.get("stack", ())))
+
+
+@dataclass(frozen=True)
+class Recompile:
+    """One recompile of a compiled frame (``gbfix.recompiles`` says why, in RC codes).
+
+    ``guards``: the failed guards, one per earlier compile of the frame, the most
+    recent first (repeats left out); ``stack``: the user stack that called the frame;
+    ``limit``: e.g. ``"recompile_limit (8)"`` when this attempt hit Dynamo's limit, so
+    the frame runs eagerly from then on.
+    """
+
+    function: str
+    file: str
+    line: int  # the first line of the frame's code (its def)
+    compile_id: str | None
+    guards: tuple[Guard, ...]
+    stack: tuple[Frame, ...] = ()
+    limit: str | None = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Recompile:
+        return cls(
+            d["function"],
+            d["file"],
+            d["line"],
+            d.get("compile_id"),
+            tuple(Guard.from_json(g) for g in d.get("guards", ())),
+            tuple(Frame.from_json(f) for f in d.get("stack", ())),
+            d.get("limit"),
+        )
+
+
+@dataclass(frozen=True)
 class LogRecord:
     logger: str
     level: str
@@ -169,6 +215,10 @@ class RunResult:
     # out), in the order first written; ``wrote_more``: more than the child lists
     wrote: tuple[str, ...] = ()
     wrote_more: bool = False
+    # Every recompile of a compiled frame, in the order Dynamo compiled them; notes: what this
+    # torch could not tell (a private hook missing)
+    recompiles: tuple[Recompile, ...] = ()
+    recompile_notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

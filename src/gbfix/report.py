@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from gbfix import upstream
+from gbfix import recompiles, upstream
 from gbfix.engine import Finding, Result
 from gbfix.suppress import Filter
 
@@ -55,11 +55,20 @@ def filtered(result: Result, selection: Filter) -> tuple[Result, int]:
             suppressed += 1
     if len(kept) == len(result.findings):
         return result, 0
-    remaining = sum(1 for f in kept if f.status != "fixed")
+    remaining = sum(1 for f in kept if f.status not in ("fixed", recompiles.STATUS))
     return replace(result, findings=tuple(kept), remaining=remaining), suppressed
 
 
 def summary(result: Result, applied: bool, display: Callable[[Path], str] = display_path, suppressed: int = 0) -> str:
+    """The closing line: the breaks, then a sentence on the recompiles (reported, not fixed yet)."""
+    rc_note = recompiles.count_note(list(result.findings))
+    if not rc_note:
+        return _break_summary(result, applied, display, suppressed)
+    breaks_only = replace(result, findings=tuple(f for f in result.findings if f.status != recompiles.STATUS))
+    return f"{_break_summary(breaks_only, applied, display, suppressed)} {rc_note}"
+
+
+def _break_summary(result: Result, applied: bool, display: Callable[[Path], str], suppressed: int) -> str:
     if not suppressed:
         return _summary(result, applied, display)
     if not result.findings:
@@ -105,6 +114,6 @@ def _sites(n: int) -> str:
 def exit_code(result: Result, applied: bool) -> int:
     if result.fullgraph is False:
         return 1
-    if applied:
+    if applied:  # breaks only: recompiles are reported, not fixed yet (`gbfix check` gates them)
         return 0 if result.remaining == 0 else 1
     return 0 if not result.findings and not result.fixed else 1

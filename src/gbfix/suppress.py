@@ -3,7 +3,7 @@
 Shared by the runtime path (the engine skips the sites, the report drops them) and by
 ``gbfix lint``, so this module uses the standard library only (no torch, no libcst).
 
-A code selector is a full code (``GB0059``), a prefix (``GB01``, ``GB``) or ``ALL``. A
+A code selector is a full code (``GB0059``, ``RC001``), a prefix (``GB01``, ``GB``, ``RC``) or ``ALL``. A
 break is kept when its code matches ``select`` and does not match ``ignore`` (ruff's rule,
 without ruff's specificity ordering). Codes that are not GB codes (a break Dynamo raises
 without a registry entry is named by its type) match only ``ALL``.
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 ALL = "ALL"
-_SELECTOR = re.compile(r"ALL|GB\d{0,4}")
+_SELECTOR = re.compile(r"ALL|GB\d{0,4}|RC\d{0,3}")  # RC: recompiles (gbfix.recompiles)
 _COMMENT = re.compile(r"#\s*gbfix:\s*ignore\b(\[[^\]]*\])?")
 
 
@@ -40,7 +40,7 @@ def parse_selectors(values) -> tuple[str, ...]:
 
 
 def matches(code: str, selectors) -> bool:
-    return any(s == ALL or (code.startswith(s) and code.startswith("GB")) for s in selectors)
+    return any(s == ALL or (code.startswith(s) and code.startswith(("GB", "RC"))) for s in selectors)
 
 
 @dataclass(frozen=True)

@@ -123,10 +123,14 @@ def main(spec_path: str) -> int:
     from gbfix.child.observe import CallObserver
     from gbfix.child.outputs import compare_calls
     from gbfix.child.overlay import OverlayFinder
+    from gbfix.child.recompiles import RecompileRecorder
+    from gbfix.child.recompiles import install as install_recompiles
     from gbfix.child.writes import WriteRecorder
 
     breaks = hooks.BreakRecorder()
     hooks.install(breaks)
+    recompiles = RecompileRecorder()
+    install_recompiles(recompiles)
     capture = OutputCapture()
     capture.install()
     compiles = CompileRecorder(spec["backend"], spec.get("fullgraph"))  # "none": TORCHDYNAMO_DISABLE is set
@@ -170,6 +174,8 @@ def main(spec_path: str) -> int:
         "capabilities": _capabilities(),
         "observed": observer.results(),
         "graphs": _graphs(),
+        "recompiles": recompiles.recompiles,
+        "recompile_notes": recompiles.notes,
         "sources": _sources(spec["entry"]),
         "wrote": writes.result(),
         "seconds": time.perf_counter() - started,
