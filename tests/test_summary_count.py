@@ -51,4 +51,4 @@ def test_a_site_reported_twice_counts_once_after_the_edits(applied):
     data = json.loads(applied.stdout)
     assert data["summary"]["text"] == summary
     assert data["remaining"] == 1
-    assert data["counts"] == {"fixed": 1, "fixable-unsafe": 1, "unfixed": 0, "outside": 0, "suppressed": 0}
+    assert data["counts"] == {"fixed": 1, "fixable-unsafe": 1, "unfixed": 0, "outside": 0, "suppressed": 0, "recompile": 0}

@@ -559,7 +559,7 @@ class _Session:
             originals=self.originals,
             fixed=fixed,
             # Sites, as the findings count them: Dynamo reports one site once per frame it breaks in.
-            remaining=sum(1 for f in findings if f.status not in ("fixed", "recompile")),
+            remaining=recompiles.still_breaking(findings),
             fullgraph=proven,
             baseline=self.baseline,
             runs=self.prober.runs,

@@ -55,8 +55,7 @@ def filtered(result: Result, selection: Filter) -> tuple[Result, int]:
             suppressed += 1
     if len(kept) == len(result.findings):
         return result, 0
-    remaining = sum(1 for f in kept if f.status not in ("fixed", recompiles.STATUS))
-    return replace(result, findings=tuple(kept), remaining=remaining), suppressed
+    return replace(result, findings=tuple(kept), remaining=recompiles.still_breaking(kept)), suppressed
 
 
 def summary(result: Result, applied: bool, display: Callable[[Path], str] = display_path, suppressed: int = 0) -> str:
