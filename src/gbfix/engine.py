@@ -668,12 +668,13 @@ class _Round:
         }
 
     def elsewhere(self, placed: list[TrialBreak], edits: list[Edit]) -> tuple[Status, str] | None:
-        """A break of the trial that none of this round's sites explains and no
-        local edit's span contains: what a process-wide change (a config route)
-        moved the break to, e.g. from `int(t)` to the `if` on its value."""
-        known = {(s.path, s.line, s.code) for s in self.sites.values()} | self.revealed
+        """A break of the trial on a line where none of this round's sites broke and
+        no local edit's span contains: what a process-wide change (a config route)
+        moved the break to, e.g. from `int(t)` to the `if` on its value. A line that
+        broke already and still breaks, in another form, is no new break."""
+        known = {(s.path, s.line) for s in self.sites.values()} | {(p, line) for p, line, _ in self.revealed}
         for tb in placed:
-            if tb.at.rewritten or (tb.path, tb.at.line, tb.code) in known:
+            if tb.at.rewritten or (tb.path, tb.at.line) in known:
                 continue
             if any(e.path == tb.path and e.start[0] <= tb.at.line <= e.end[0] for e in edits if not _is_global(e)):
                 continue

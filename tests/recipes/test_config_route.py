@@ -185,3 +185,14 @@ def test_a_setting_is_not_blamed_for_a_break_gbfix_already_gave_up_on(tmp_path):
     assert applied == ["capture-scalar-outputs", "print-to-op"]
     assert case / "pkg" / "checks.py" not in result.fixed
     assert "torch._dynamo.config.capture_scalar_outputs = True" in result.fixed[case / "run.py"].decode()
+
+
+def test_a_setting_that_leaves_a_breaking_line_breaking_otherwise_is_kept(tmp_path):
+    """The setting removes both `.item()` breaks; line 10 still breaks, on its data-dependent
+    test, which no longer counts as a break the setting made: that line broke before."""
+    case = shutil.copytree(Path(__file__).parents[1] / "fixtures" / "setting_on_a_breaking_line", tmp_path / "case").resolve()
+    result = engine.fix([case], parse_entry("python run.py", case), engine.Options())
+    assert [o.edit.recipe for o in result.outcomes if o.status == "applied"] == ["capture-scalar-outputs"]
+    fates = {(f.line, f.code): f.status for f in result.findings if f.path == case / "pkg" / "dense.py"}
+    assert fates == {(8, "GB0124"): "fixed", (10, "GB0124"): "fixed", (10, "GB0170"): "unfixed"}
+    assert result.remaining == 1
