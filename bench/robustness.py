@@ -36,8 +36,8 @@ from gbfix import edits, recipes
 from gbfix.errors import GbfixError
 from gbfix.lint import lint
 from gbfix.locate import Locator
-from gbfix.records import Break, Cause, Frame
 from gbfix.recipes.base import SiteContext
+from gbfix.records import Break, Cause, Frame
 from gbfix.sources import python_files, read
 
 CALL_CODES = ("GB0059", "GB0124", "GB0033", "GB0007")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from gbfix import edits
 from gbfix.locate import ParsedFile
-from gbfix.records import Break, Cause, Frame, ObservedCall, Site
 from gbfix.recipes.base import Recipe, SiteContext
+from gbfix.records import Break, Cause, Frame, ObservedCall, Site
 from gbfix.sources import SourceFile
 
 ALL_CAPABILITIES = frozenset(

@@ -8,7 +8,6 @@ import textwrap
 from gbfix import engine
 from gbfix.entry import parse
 
-
 WARNS_AGAIN = textwrap.dedent(
     """
     import warnings

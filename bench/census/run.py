@@ -468,7 +468,7 @@ def run_program(prog: Prog, mode: str, unsafe: bool, log) -> dict:
             res["output"] = "identical"
         else:
             res["output"] = compare_outputs(work / "before.pt", work / "after.pt")
-            res["digest_diff"] = [l for l in after["stdout"].splitlines() if l not in before["stdout"].splitlines()][:5]
+            res["digest_diff"] = [line for line in after["stdout"].splitlines() if line not in before["stdout"].splitlines()][:5]
     cls = load_classification()
     by_key: dict[str, list[dict]] = {}
     for f in findings:

@@ -7,14 +7,15 @@ Every key is optional; a command-line flag overrides the key (``--select`` repla
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+else:  # Python 3.10
+    import tomli as tomllib
 
 from gbfix.errors import GbfixError
 from gbfix.suppress import ALL, parse_selectors

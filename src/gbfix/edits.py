@@ -17,7 +17,7 @@ from gbfix.records import Edit
 
 
 class _Replace(cst.CSTTransformer):
-    def __init__(self, replacements: dict[int, object], first: dict[int, cst.BaseStatement]) -> None:
+    def __init__(self, replacements: dict[int, object], first: dict[int, cst.SimpleStatementLine]) -> None:
         super().__init__()
         self.replacements = replacements
         self.first = first  # id of a function -> a statement to put first in its body
@@ -44,7 +44,7 @@ def apply(parsed: ParsedFile, edits: Iterable[Edit]) -> bytes:
     # own (a leaf helper built from its logger) stays in the file, after the import.
     local = {name: code for name, code in helpers.items() if not generated.known([name])}
     home = generated.home(parsed.source.path, parsed.module) if len(local) < len(helpers) else None
-    first: dict[int, cst.BaseStatement] = {}
+    first: dict[int, cst.SimpleStatementLine] = {}
     if home is not None and not generated.imports_torch(parsed.module):
         first = _local_imports(parsed, edits, home)
     module = parsed.module.visit(_Replace({id(e.original): e.replacement for e in edits}, first))
@@ -65,7 +65,7 @@ def apply(parsed: ParsedFile, edits: Iterable[Edit]) -> bytes:
     return recipes.finalize(module).bytes
 
 
-def _local_imports(parsed: ParsedFile, edits: list[Edit], home: generated.Home) -> dict[int, cst.BaseStatement]:
+def _local_imports(parsed: ParsedFile, edits: list[Edit], home: generated.Home) -> dict[int, cst.SimpleStatementLine]:
     """For a module that does not import torch (it may keep torch optional on
     purpose): the import of each function's helpers, first in the function, so
     that importing the module does not import torch through the generated module."""

@@ -20,7 +20,7 @@ from gbfix.errors import GbfixError
 try:
     import fcntl
 except ImportError:  # not POSIX
-    fcntl = None
+    fcntl = None  # type: ignore[assignment]
 
 _held: dict[Path, int] = {}  # folder -> the open lock file: kept open for the process's life
 

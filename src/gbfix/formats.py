@@ -17,10 +17,11 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import quote
 
 from gbfix import rccodes
@@ -306,4 +307,4 @@ def _information_uri() -> str:
         label, _, url = item.partition(",")
         if label.strip().lower() in ("homepage", "home", "repository", "source") and url.strip():
             return url.strip()
-    return meta.get("Home-page") or GB_SITE
+    return meta.get("Home-page") or GB_SITE  # type: ignore[attr-defined]  # an email Message: it has get(), the protocol lists none

@@ -212,7 +212,7 @@ def _merged(stmt: cst.BaseStatement, home: Home, names: list[str]) -> cst.BaseSt
 def add_import(module: cst.Module, home: Home, names: list[str]) -> cst.Module:
     """The module importing ``names`` from the generated module: merged into its
     import from there, else a new one after its leading imports (relative imports last)."""
-    body = list(module.body)
+    body: list[cst.BaseStatement] = list(module.body)
     for i, stmt in enumerate(body):
         merged = _merged(stmt, home, names)
         if merged is not None:
@@ -233,7 +233,8 @@ def prepend(fn: cst.FunctionDef, stmt: cst.SimpleStatementLine) -> cst.FunctionD
     imp = stmt.body[0]
     assert isinstance(imp, cst.ImportFrom) and not isinstance(imp.names, cst.ImportStar)
     home = Home(Path(FILENAME), len(imp.relative))
-    merged = _merged(body[at], home, [a.name.value for a in imp.names]) if at < len(body) else None
+    # an import_statement(): each name it imports is a Name, whose value is a str
+    merged = _merged(body[at], home, [a.name.value for a in imp.names]) if at < len(body) else None  # type: ignore[misc]
     body = [*body[:at], merged, *body[at + 1 :]] if merged is not None else [*body[:at], stmt, *body[at:]]
     return fn.with_changes(body=block.with_changes(body=body))
 

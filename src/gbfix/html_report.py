@@ -14,9 +14,9 @@ from __future__ import annotations
 import difflib
 import html
 import re
-from importlib import metadata
 from collections.abc import Callable
-from functools import lru_cache
+from functools import cache
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -151,7 +151,7 @@ def write(path: Path, page: str) -> None:
         raise GbfixError(f"cannot write the HTML report {path}: {e.strerror or e}") from None
 
 
-@lru_cache(maxsize=None)
+@cache
 def registry_entry(code: str) -> dict[str, Any] | None:
     """The installed torch's registry entry of a GB code (``gbfix explain``'s current version):
     ``gb_type``, ``explanation`` (None when Dynamo writes it at run time), ``hints``. Offline."""
@@ -382,10 +382,10 @@ def _edits_by_finding(result: Any) -> tuple[dict[int, list[Any]], list[Any]]:
     by_brk = {id(f.brk): i for i, f in enumerate(findings) if f.brk is not None}
     by_line = {(f.path, f.line, f.code): i for i, f in enumerate(findings)}
     by_code: dict[tuple, list[int]] = {}
-    for i, f in enumerate(findings):
-        by_code.setdefault((f.path, f.code), []).append(i)
+    for n, f in enumerate(findings):
+        by_code.setdefault((f.path, f.code), []).append(n)
     out: dict[int, list[Any]] = {}
-    rest = []
+    rest: list[Any] = []
     for o in result.outcomes:
         site = o.edit.site
         i = by_brk.get(id(site.brk))

@@ -282,7 +282,7 @@ class _Session:
             self.records = self._own_records()
         self._select()
         if self.baseline_path is not None:
-            self._judge(session)
+            self._judge(session, self.baseline_path)
 
     def _select(self) -> None:
         """Drop the records that select / ignore or a ``# gbfix: ignore`` comment leave out
@@ -311,10 +311,9 @@ class _Session:
                 sites.setdefault((r["file"], r["line"], r["col"], r["code"]), r)
         return sites
 
-    def _judge(self, session: pytest.Session) -> None:
+    def _judge(self, session: pytest.Session, where: Path) -> None:
         from gbfix import baseline as bl
 
-        where = self.baseline_path
         shown = _display(str(where), Path.cwd())
         current = Counter(bl.key(r["code"], r["file"], r["line"], where.parent) for r in self._sites().values())
         # As for gbfix check: entries of codes not selected are neither checked nor stale, and an update keeps them.

@@ -156,7 +156,7 @@ def load(key: str) -> object | None:
     """The result filed under ``key`` if the other files it depends on are unchanged."""
     folder = _folder()
     secret = _secret(folder) if folder else None
-    if secret is None:
+    if folder is None or secret is None:
         return None
     path = folder / f"{key}.pickle"
     try:
@@ -185,7 +185,7 @@ def store(key: str, result: object, loaded: Iterable[str], targets: Iterable[Pat
         return  # a file the program loaded is gone already: nothing to check a later run against
     folder = _folder()
     secret = _secret(folder) if folder else None
-    if secret is None:
+    if folder is None or secret is None:
         return  # a folder others may write to: no cache
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".", suffix=".tmp")

@@ -36,7 +36,7 @@ def sweep(root: Path) -> None:
             m = _NAME.match(entry.name)
             with contextlib.suppress(OSError):
                 mine = m and entry.stat(follow_symlinks=False).st_uid == os.getuid()
-                if mine and not _alive(int(m.group(1))):
+                if m and mine and not _alive(int(m.group(1))):
                     if entry.is_dir(follow_symlinks=False):
                         shutil.rmtree(entry.path, ignore_errors=True)
                     else:

@@ -12,8 +12,10 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gbfix.linemap import LineMap, Mapped
 from gbfix.locate import library_leaf, owned_frame
@@ -157,7 +159,7 @@ def behaviour_diff(
     def same(a, b) -> bool:
         return Counter(a) == Counter(b) if "order" in tolerates else list(a) == list(b)
 
-    streams = [
+    streams: list[tuple[str, Sequence[Any], Sequence[Any], frozenset[int], Callable[[Any], str]]] = [
         ("stdout differs", expected.stdout.splitlines(), actual.stdout.splitlines(), noise.stdout, str),
         ("log records differ", expected.logs, actual.logs, noise.logs, lambda r: f"{r.level} {r.logger}: {r.message}"),
         ("warnings differ", expected.warnings, actual.warnings, noise.warnings, lambda w: f"{w.category}: {w.message}"),

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from gbfix import rules
-from gbfix.records import Break, Cause, Frame, Site
-from gbfix.recipes.copying import DeepcopyContainerToClones, DeepcopyToClone
 from gbfix.recipes import sorting
+from gbfix.recipes.copying import DeepcopyContainerToClones, DeepcopyToClone
 from gbfix.recipes.sorting import PickByKey, SortByKey, SortedRangeToArgsort
+from gbfix.records import Break, Cause, Frame, Site
 from tests.helpers import rewrite_at
 
 RULES = Path(__file__).resolve().parents[2] / "rules"

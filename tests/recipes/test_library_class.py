@@ -24,9 +24,16 @@ import pytest
 from gbfix import edits, engine
 from gbfix.entry import parse as parse_entry
 from gbfix.locate import Locator
-from gbfix.records import Break, Cause, Edit, Frame
 from gbfix.recipes.base import SiteContext
-from gbfix.recipes.library_class import _GUARD_CODE, LibraryClass, LibraryClassUnsafe, LibraryPatch, LibraryPatchUnsafe, source_digest
+from gbfix.recipes.library_class import (
+    _GUARD_CODE,
+    LibraryClass,
+    LibraryClassUnsafe,
+    LibraryPatch,
+    LibraryPatchUnsafe,
+    source_digest,
+)
+from gbfix.records import Break, Cause, Edit, Frame
 from gbfix.sources import read
 from tests.helpers import ALL_CAPABILITIES
 

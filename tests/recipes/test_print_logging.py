@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gbfix.recipes.logging_call import LoggerToLeaf, LoggerToOp
 from gbfix import recipes
+from gbfix.recipes.logging_call import LoggerToLeaf, LoggerToOp
 from gbfix.recipes.print_call import PrintToHop, PrintToHopKeepTensor
 from gbfix.recipes.print_op import PrintToOp
 from gbfix.recipes.warn_call import WarnToLeaf, WarnToOp
@@ -423,8 +423,8 @@ def test_logging_op_parameter_kinds_from_an_uncompiled_run(kind, fixed):
 
 def _observe(source: str, needle: str, recipe=LoggerToOp, code: str = "GB0291") -> str | None:
     from gbfix.locate import ParsedFile
-    from gbfix.records import Break, Cause, Frame, Site
     from gbfix.recipes.base import SiteContext
+    from gbfix.records import Break, Cause, Frame, Site
     from gbfix.sources import SourceFile
 
     parsed = ParsedFile(SourceFile(Path("/virtual/example.py"), source.encode(), source, "utf-8"))

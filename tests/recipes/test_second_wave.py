@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from gbfix import recipes, rules
-from gbfix.records import Break, Cause, Frame, Site
 from gbfix.recipes.copying import DeepcopyToClone
 from gbfix.recipes.shapes import MaskedReduction, OneHotNumClasses
 from gbfix.recipes.timing import SkipTiming
+from gbfix.records import Break, Cause, Frame, Site
 from tests.helpers import at, changed
 
 RULES = Path(__file__).resolve().parents[2] / "rules"

@@ -12,9 +12,9 @@ import pytest
 
 from gbfix import rules
 from gbfix.locate import ParsedFile
-from gbfix.records import Break, Cause, Frame, ObservedCall, Site, ValueSpec
 from gbfix.recipes.base import SiteContext
 from gbfix.recipes.wrap import RECIPES, WrapCustomOp, WrapLeafFunction, WrapNonstrictTrace
+from gbfix.records import Break, Cause, Frame, ObservedCall, Site, ValueSpec
 from gbfix.sources import SourceFile
 from tests.helpers import ALL_CAPABILITIES, rewrite_at
 
@@ -364,8 +364,8 @@ def test_capability_required():
 
 def test_observe_names_the_function_before_any_observation():
     from gbfix.locate import ParsedFile
-    from gbfix.records import Break, Cause, Frame, Site
     from gbfix.recipes.base import SiteContext
+    from gbfix.records import Break, Cause, Frame, Site
     from gbfix.sources import SourceFile
     from tests.helpers import ALL_CAPABILITIES
 

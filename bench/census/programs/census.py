@@ -26,8 +26,9 @@ os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
 
 import random
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -37,7 +38,7 @@ BACKEND_ENV = "CENSUS_BACKEND"
 
 @dataclass
 class Program:
-    build: Callable[["Ctx"], Any]
+    build: Callable[[Ctx], Any]
     backend: str = "eager"
     note: str = ""
     envs: tuple[str, ...] = ()  # empty: every environment where its imports work

@@ -17,6 +17,7 @@ from __future__ import annotations
 import builtins
 import functools
 from collections.abc import Iterator
+from typing import cast
 
 import libcst as cst
 from libcst.metadata import BuiltinAssignment, FunctionScope
@@ -261,7 +262,7 @@ def changed_in_place(scope: cst.CSTNode, expr: cst.BaseExpression) -> bool:
         return mutated(scope, expr.value)
     code = cst.Module([]).code_for_node(expr)
     for n in walk(scope):
-        target = None
+        target: cst.BaseExpression | None = None
         if isinstance(n, cst.AugAssign) or (isinstance(n, cst.AssignTarget) and isinstance(n.target, cst.Subscript)):
             target = n.target
         elif isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value.endswith("_"):
@@ -349,7 +350,7 @@ def local_uses(ctx: SiteContext, assign: cst.Assign) -> list[cst.Name] | None:
         return None
     (assignment,) = scope.assignments[target.value]
     refs = [ref.node for ref in assignment.references]
-    return refs if all(isinstance(r, cst.Name) for r in refs) else None
+    return cast("list[cst.Name]", refs) if all(isinstance(r, cst.Name) for r in refs) else None
 
 
 def _torch_argument(ctx: SiteContext, node: cst.BaseExpression) -> bool:
@@ -358,7 +359,7 @@ def _torch_argument(ctx: SiteContext, node: cst.BaseExpression) -> bool:
     call = ctx.file.parent(arg) if isinstance(arg, cst.Arg) else None
     if not isinstance(call, cst.Call) or arg.keyword is not None or arg.star or keyword_args(call) is None:
         return False
-    if "out" in keyword_args(call):
+    if "out" in (keyword_args(call) or {}):
         return False
     names = qualified_names(ctx, call.func)
     if len(names) != 1 or not next(iter(names)).startswith("torch."):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence, Set
 from dataclasses import dataclass, replace
+from typing import cast
 
 import libcst as cst
 import libcst.matchers as m
@@ -274,7 +275,8 @@ def _split_test(if_node: cst.If | cst.IfExp) -> SplitTest | None:
     ops = operands(if_node.test, op)
 
     def python_operands(lead: int) -> list[int]:
-        out, seen = [], set()
+        out: list[int] = []
+        seen: set[str] = set()
         for i, o in enumerate(ops):
             if pure(o) and (i < lead or (static(o) and _safe_early(o, seen))):
                 out.append(i)
@@ -304,6 +306,7 @@ def _split_test(if_node: cst.If | cst.IfExp) -> SplitTest | None:
 def site_branch(ctx: SiteContext) -> tuple[cst.If | cst.IfExp, SplitTest] | None:
     """The `if` (or conditional expression) whose test the break is in."""
     node = ctx.node
+    found: cst.If | cst.IfExp | None
     if isinstance(node, (cst.If, cst.IfExp)):
         found = node
     else:
@@ -345,7 +348,7 @@ def single(suite: cst.BaseSuite) -> cst.BaseSmallStatement | None:
         if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine):
             return None
         body = body[0].body
-    return body[0] if len(body) == 1 else None
+    return cast(cst.BaseSmallStatement, body[0]) if len(body) == 1 else None
 
 
 def _is_elif(ctx: SiteContext, if_node: cst.If) -> bool:
@@ -676,7 +679,11 @@ def _else_value(ctx: SiteContext, if_node: cst.If, target: str) -> cst.BaseExpre
     return make_call("torch.where", cond, value, rest)
 
 
-_AUGMENTED = {cst.AddAssign: cst.Add, cst.SubtractAssign: cst.Subtract, cst.MultiplyAssign: cst.Multiply}
+_AUGMENTED: dict[type, type[cst.Add | cst.Subtract | cst.Multiply]] = {
+    cst.AddAssign: cst.Add,
+    cst.SubtractAssign: cst.Subtract,
+    cst.MultiplyAssign: cst.Multiply,
+}
 
 
 def _name_assigns(suite: cst.BaseSuite, augmented: bool = False) -> list[cst.Assign] | None:
@@ -731,7 +738,7 @@ class BranchToWhere(BranchRecipe):
             a, b = node.body, node.orelse
             if not _where_ok(ctx, node, a, b, proven=self.proven):
                 return None
-            where = make_call("torch.where", test.tensor, a, b)
+            where: cst.BaseExpression = make_call("torch.where", test.tensor, a, b)
             if test.prefix is not None:  # `a if P and c else b` -> `where(c, a, b) if P else b`
                 where = cst.IfExp(test=test.prefix, body=where, orelse=b) if test.kind == "and" else cst.IfExp(
                     test=test.prefix, body=a, orelse=where
@@ -741,8 +748,8 @@ class BranchToWhere(BranchRecipe):
                     where = where.with_changes(lpar=[], rpar=[])
             self._plan = where.with_changes(lpar=node.lpar or where.lpar, rpar=node.rpar or where.rpar)
             return node
-        smalls = nodes(node.body, (cst.Expr, cst.Assign, cst.AugAssign), nested=False)  # not a raise's exception
-        effect = next((n for sm in smalls for n in walk(sm) if isinstance(n, cst.Call) and not pure_call(n)), None)
+        body_smalls = nodes(node.body, (cst.Expr, cst.Assign, cst.AugAssign), nested=False)  # not a raise's exception
+        effect = next((n for sm in body_smalls for n in walk(sm) if isinstance(n, cst.Call) and not pure_call(n)), None)
         if effect is not None:
             # said, since it is what blocks the fix (in a loop it even hides the call's own break)
             raise Decline(f"the `if` body calls `{ctx.code(effect)}`, which may have effects: torch.where runs both arms")
@@ -759,7 +766,9 @@ class BranchToWhere(BranchRecipe):
                 return None
             if not _where_ok(ctx, node, assign.value, other, proven=self.proven):
                 return None
-            smalls = [assign.with_changes(value=make_call("torch.where", test.tensor, assign.value, other))]
+            smalls: list[cst.BaseSmallStatement] | None = [
+                assign.with_changes(value=make_call("torch.where", test.tensor, assign.value, other))
+            ]
         else:
             smalls = _where_steps(ctx, node, test, assigns, self.proven)
             if smalls is None:
@@ -896,7 +905,7 @@ class BranchToCond(BranchRecipe):
         if true_value is None or false_value is None:
             return None
         branches = [cst.Lambda(params=cst.Parameters(), body=v) for v in (true_value, false_value)]
-        ret = cst.Return(value=make_call("torch.cond", test.tensor, *branches))
+        ret: cst.BaseSmallStatement = cst.Return(value=make_call("torch.cond", test.tensor, *branches))
         if block is None or (test.prefix is not None and test.kind == "and"):
             # if/else, or `if P and c: return a` whose `return b` must stay for `not P`
             self._plan = _replace_if(ctx, if_node, test, ret)
@@ -1191,9 +1200,10 @@ class BranchToGeneralPath(BranchRecipe):
     ) -> bool:
         scope = scope_of(ctx, at)
         if isinstance(cond, cst.Name):  # a flag: `has_pads = M.any()` earlier in the block
-            cond = _flag_value(ctx, cond.value, at)
-            if cond is None:
+            flag = _flag_value(ctx, cond.value, at)
+            if flag is None:
                 return False
+            cond = flag
         if _finite_check(cond) == target:
             return _nan_to_num_of(value, target)
         mask = _any_of(cond)

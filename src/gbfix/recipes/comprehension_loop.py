@@ -139,7 +139,8 @@ def _only_comprehension(node: cst.CSTNode) -> cst.CSTNode | None:
 
 
 def _fors(comp: cst.BaseComp) -> list[cst.CompFor]:
-    out, clause = [], comp.for_in
+    out: list[cst.CompFor] = []
+    clause: cst.CompFor | None = comp.for_in
     while clause is not None:
         out.append(clause)
         clause = clause.inner_for_in

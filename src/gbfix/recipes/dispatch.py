@@ -64,7 +64,8 @@ def _index(sub: cst.Subscript) -> cst.BaseExpression | None:
 
 def _binding(ctx: SiteContext, name: cst.Name) -> bool:
     """``name`` is bound, declared or deleted here (``out += x`` aside: in place for a tensor)."""
-    node, up = name, ctx.file.parent(name)
+    node: cst.CSTNode = name
+    up = ctx.file.parent(name)
     while isinstance(up, (cst.Element, cst.StarredElement, cst.Tuple, cst.List)):
         node, up = up, ctx.file.parent(up)
     if isinstance(up, (cst.AssignTarget, cst.AnnAssign, cst.For, cst.CompFor, cst.NamedExpr)):

@@ -87,7 +87,7 @@ class VisitAllExperts(Recipe):
             return None
         mask = _nonzero_receiver(inner)
         if mask is not None:  # fused: `for i in x.nonzero().squeeze(-1).tolist():`
-            self._plan = {loop: loop.with_changes(iter=_range_over(mask))}
+            self._plan: dict[cst.CSTNode, cst.CSTNode] = {loop: loop.with_changes(iter=_range_over(mask))}
             return loop
         if not isinstance(inner, cst.Name):
             return None

@@ -29,6 +29,8 @@ unselected arm gets a zero gradient.
 
 from __future__ import annotations
 
+from typing import cast
+
 import libcst as cst
 import libcst.matchers as m
 from libcst.metadata.scope_provider import FunctionScope
@@ -95,10 +97,11 @@ def _comparisons(test: cst.BaseExpression) -> list[cst.Comparison] | None:
         return None if left is None or right is None else left + right
     if not isinstance(test, cst.Comparison) or not all(isinstance(c.operator, _ORDER) for c in test.comparisons):
         return None
-    out, left = [], test.left
+    out: list[cst.Comparison] = []
+    prev = test.left
     for c in test.comparisons:
-        out.append(cst.Comparison(left=left, comparisons=[c]))
-        left = c.comparator
+        out.append(cst.Comparison(left=prev, comparisons=[c]))
+        prev = c.comparator
     return out
 
 
@@ -160,20 +163,21 @@ class GuardedIndex(Recipe):
         node = self._conditional(ctx)
         if node is None:
             return None
+        arms: tuple[cst.BaseExpression, cst.BaseExpression] | None
         if isinstance(node, cst.IfExp):
             arms = node.body, node.orelse
         else:
             arms = self._assigned_arms(ctx, node)
             if arms is None:
                 return None
-        for pick, default, negate in ((arms[0], arms[1], False), (arms[1], arms[0], True)):
+        for pick, default, negate in ((arms[0], arms[1], False), (arms[1], arms[0], True)):  # noqa: B007 (read after the break)
             look = _lookup(pick)
             ok = look and _guard(node.test, *look)
             if ok:
                 break
         else:
             return None
-        table, index = look
+        table, index = cast("tuple[cst.BaseExpression, cst.BaseExpression]", look)  # ok was truthy: look is set
         if _number(default):
             raise Decline("the default is a Python value, not a tensor: torch.where would return a tensor in its place")
         if not all(pure(e) for e in (node.test, table, index, default)):

@@ -47,7 +47,7 @@ def add_helpers(module: cst.Module, helpers: dict[str, str]) -> cst.Module:
     """The module with each helper (name -> code) it does not define yet placed
     after its imports and the helpers it has already, two blank lines around each
     (a helper may use one added before it)."""
-    body = list(module.body)
+    body: list[cst.BaseStatement] = list(module.body)
     defined = {name for stmt in body for name in _defines(stmt)}
     new = [stmt for name, code in helpers.items() if name not in defined for stmt in _statements(code)]
     if not new:
@@ -90,7 +90,7 @@ def _is_helper(stmt: cst.BaseStatement) -> bool:
 
 def _statements(code: str) -> list[cst.BaseStatement]:
     parsed = cst.parse_module(code)
-    stmts = list(parsed.body)
+    stmts: list[cst.BaseStatement] = list(parsed.body)
     # A comment that opens the code is the module's header to LibCST: it goes with the first statement.
     stmts[0] = blank_lines_before(stmts[0].with_changes(leading_lines=[*parsed.header, *stmts[0].leading_lines]), 2)
     return stmts

@@ -118,8 +118,10 @@ import inspect
 import io
 import os
 import textwrap
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import cast
 
 import libcst as cst
 from libcst.codemod import CodemodContext
@@ -881,7 +883,7 @@ def _with_patch(
     )
     module = add_helpers(ctx.module, {_GUARD: _GUARD_CODE})
     at = next(i for i, stmt in enumerate(module.body) if isinstance(stmt, cst.FunctionDef) and stmt.name.value == _GUARD) + 1
-    rest = module.body[at:]
+    rest: Sequence[cst.BaseStatement] = module.body[at:]
     if rest:
         rest = [blank_lines_before(rest[0], 2), *rest[1:]]
     module = module.with_changes(body=[*module.body[:at], patch, *rest])
@@ -949,7 +951,7 @@ def _guarded(call: cst.Call) -> tuple[str, str, str] | None:
     args = [a.value for a in call.args]
     if len(args) != 3 or not all(isinstance(a, cst.SimpleString) for a in args):
         return None
-    return tuple(a.evaluated_value for a in args)  # type: ignore[return-value]
+    return tuple(a.evaluated_value for a in args)
 
 
 def _earlier_patch(ctx: SiteContext, sub: str, libmod: str, name: str) -> cst.If | None:
@@ -982,7 +984,8 @@ def _with_method(
     if any(isinstance(f, cst.FunctionDef) and f.name.value == meth for f in cls.body.body):
         raise Decline(f"the patch of {name} already holds a copy of {meth}")
     lines = io.StringIO(lib.source.text, newline=None).readlines()
-    guarded = [_guarded(g) for g in _guards(earlier.test)]
+    # an earlier patch is gbfix's own: each of its guards reads back
+    guarded = cast("list[tuple[str, str, str]]", [_guarded(g) for g in _guards(earlier.test)])
     methods = [(q.split(".", 1)[1], d) for _, q, d in guarded] + [(meth, source_digest(lines, _start(lib, method)[0]))]
     copied = _subclass(ctx, lib, method, sub, f"{libmod}.{name}").body.body[0]
     start = cst.Module([]).code_for_node(copied).strip().splitlines()[0].strip()

@@ -29,6 +29,8 @@ bool, torch.as_tensor turns it into the tensor torch.where needs.
 
 from __future__ import annotations
 
+from typing import cast
+
 import libcst as cst
 
 from gbfix.recipes.analysis import (
@@ -160,7 +162,7 @@ def _loop_block(ctx: SiteContext, if_node: cst.If) -> tuple[cst.For, cst.Indente
     loop = ctx.file.parent(block) if isinstance(block, cst.IndentedBlock) else None
     if not isinstance(loop, cst.For) or loop.body is not block or loop.asynchronous is not None:
         return None
-    return loop, block, list(block.body).index(if_node)
+    return loop, cast(cst.IndentedBlock, block), list(block.body).index(if_node)
 
 
 def _loop_if(
@@ -178,7 +180,8 @@ def _loop_if(
         return None
     loop = _loop_block(ctx, if_node)
     cond = _condition(ctx, if_node, test)
-    return None if loop is None or cond is None else (if_node, small, loop, cond)
+    # found[0] is an If and small of body_type, a small statement: both checked above
+    return None if loop is None or cond is None else (cast(cst.If, if_node), cast(cst.BaseSmallStatement, small), loop, cond)
 
 
 def _line(small: cst.BaseSmallStatement) -> cst.SimpleStatementLine:
@@ -279,7 +282,7 @@ def _finite(expr: cst.BaseExpression) -> bool:
     containers on `self` (ModuleList, ...) and slices of them, and
     zip/enumerate/reversed of those."""
     if isinstance(expr, (cst.Attribute, cst.Subscript)):
-        root = expr
+        root: cst.BaseExpression = expr
         while isinstance(root, (cst.Attribute, cst.Subscript)):
             root = root.value
         return name_of(root) == "self"
@@ -365,6 +368,7 @@ class EarlyExitToWhere(BranchRecipe):
         # After the loop: the remembered value, or what the original returns when
         # no iteration exited. When that is `v` again, the remembered value is it,
         # unless the loop may not run at all and `v` was bound before it.
+        value: cst.BaseExpression
         if ctx.code(final) == ctx.code(v) and not all(bound_before(ctx, n, for_node) for n in variable_names(v)):
             value = cst.Name(result)
         else:

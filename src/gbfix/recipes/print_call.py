@@ -147,7 +147,8 @@ class PrintToHop(Recipe):
     # --- building the format string ---------------------------------------
 
     def _hop_call(self, call: cst.Call) -> cst.Call:
-        sep, pieces, values = " ", [], []
+        sep, pieces = " ", []
+        values: list[cst.BaseExpression] = []
         for arg in call.args:
             if arg.star:
                 raise Decline("*args / **kwargs")

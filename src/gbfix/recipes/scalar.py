@@ -36,6 +36,7 @@ taken to be floating: that residue is left to the verifier, which compares outpu
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import cast
 
 import libcst as cst
 from libcst.metadata import Assignment, FunctionScope, QualifiedNameSource
@@ -659,8 +660,8 @@ class ItemToTensor(Recipe):
             if not isinstance(node, cst.Call):
                 continue
             recv, method, fn = f.callee(node)
-            if method == "item" and not node.args:
-                return node, recv, f.dtype(recv) == "float"
+            if method == "item" and not node.args:  # a method call: recv is its receiver
+                return node, cast(cst.BaseExpression, recv), f.dtype(recv) == "float"
             pos = _positional(node)
             builtin = node.func.value if isinstance(node.func, cst.Name) else None
             if builtin in ("float", "int") and len(node.args) == 1 and len(pos) == 1:
@@ -799,7 +800,7 @@ class ItemToTensor(Recipe):
         if len(bound) != 1:  # any other binding could put a Python number back under the name
             return None
         (assignment,) = bound
-        uses = []
+        uses: list[tuple[cst.Name, bool, str]] = []
         for ref in assignment.references:
             climbed = self._climb(f, ref.node, is_float) if isinstance(ref.node, cst.Name) else None
             partner = None if climbed is None else self._feeds_tensor(f, climbed[0])

@@ -76,6 +76,8 @@ must be a name (it is read twice).
 
 from __future__ import annotations
 
+from typing import cast
+
 import libcst as cst
 from libcst.metadata import FunctionScope
 
@@ -374,7 +376,7 @@ class SortByKey(Recipe):
                 raise Decline("the iterable is not a name: it would be evaluated twice")
             if not _list_read(ctx, call):
                 raise Decline("the sorted list is not only read: copies of its tensors would show")
-            self._in_place = None
+            self._in_place: cst.Name | None = None
             node: cst.CSTNode = call
         elif isinstance(call.func, cst.Attribute) and call.func.attr.value == "sort" and not positional:
             node = self._list_sort(ctx, call)
@@ -407,7 +409,7 @@ class SortByKey(Recipe):
         if not all(isinstance(r, cst.Name) and _list_read(ctx, r) for r in others):
             raise Decline(f"`{xs.value}` is not only read: copies of its tensors would show")
         self._in_place = xs
-        return stmt
+        return cast(cst.CSTNode, stmt)  # the parent of an Expr: its statement line
 
     def rewrite(self, node: cst.CSTNode) -> Replacement:
         for helper in (_PICKABLE, _SORTED):

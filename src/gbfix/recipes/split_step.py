@@ -55,7 +55,7 @@ import libcst as cst
 from libcst.metadata import ComprehensionScope, Scope
 
 from gbfix.recipes.analysis import global_bindings, is_module_global, qualified_names
-from gbfix.recipes.base import Recipe, Replacement, SiteContext
+from gbfix.recipes.base import Recipe, SiteContext
 
 # Private helpers of generator.py, shared on purpose: the same move of torch.compile.
 from gbfix.recipes.generator import (
@@ -68,6 +68,9 @@ from gbfix.recipes.generator import (
 )
 from gbfix.recipes.layout import is_docstring
 from gbfix.recipes.tree import contains, nodes, variables
+
+# What the transformer's leave_FunctionDef / leave_ClassDef may return (libcst's typed transformer).
+Statements = cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement] | cst.RemovalSentinel
 
 # What a split cannot keep the meaning of: closures over the step's locals,
 # suspension points, bindings the helper would make its own, frame tricks.
@@ -148,7 +151,7 @@ class SplitCompiledStep(Recipe):
             return self._place
         return classes[-1] if classes else ctx.module
 
-    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> Replacement:
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef) -> Statements:
         if original_node is not self._fn:
             return updated_node
         p, s = self._cuts
@@ -186,7 +189,7 @@ class SplitCompiledStep(Recipe):
             new = new.with_changes(decorators=[])
         return self._placed(new) if original_node is self._place else new
 
-    def leave_ClassDef(self, original_node: cst.ClassDef, updated_node: cst.ClassDef) -> Replacement:
+    def leave_ClassDef(self, original_node: cst.ClassDef, updated_node: cst.ClassDef) -> Statements:
         return self._placed(updated_node) if original_node is self._place else updated_node
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:

@@ -120,7 +120,7 @@ class _Timing(Recipe):
         """The statement of this function holding ``node``; it must be a simple one."""
         stmt = self._ctx.enclosing(cst.SimpleStatementLine, node=node)
         inside = stmt is not None and all(self._function(n) is self._fn for n in (node, stmt))
-        if not inside:
+        if stmt is None or not inside:
             raise Decline("in a compound statement or a nested scope")
         return stmt
 
@@ -428,7 +428,7 @@ class ClockIntoBranch(Recipe):
             if isinstance(method, cst.FunctionDef) and method.name.value == attr:
                 return False
         for node in walk(cls):
-            target = None
+            target: cst.BaseExpression | None = None
             if isinstance(node, cst.AssignTarget):
                 target = node.target
             elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):

@@ -924,6 +924,7 @@ def _fake_tensor(calls: Sequence[ObservedCall], index: int) -> str:
     def arg(call: ObservedCall, name: str) -> ValueSpec:
         return dict(call.args)[name]
 
+    # always() calls its test at once, so the lambdas below that read the loop's variables (B023) see this iteration's
     def always(test: Callable[[ObservedCall, ValueSpec], bool]) -> bool:
         return all(test(c, o) for c, o in zip(calls, outs))
 
@@ -939,12 +940,12 @@ def _fake_tensor(calls: Sequence[ObservedCall], index: int) -> str:
         ]
         candidates = [(n, j) for n, j in candidates if 0 <= j < arg_rank[n]]
         found = next(
-            (f"{n}.shape[{j}]" for n, j in candidates if always(lambda c, o: arg(c, n).shape[j] == o.shape[i])),
+            (f"{n}.shape[{j}]" for n, j in candidates if always(lambda c, o: arg(c, n).shape[j] == o.shape[i])),  # noqa: B023
             None,
         )
         if found is None:
-            found = next((n for n in ints if always(lambda c, o: arg(c, n).value == o.shape[i])), None)
-        if found is None and always(lambda c, o: o.shape[i] == outs[0].shape[i]):
+            found = next((n for n in ints if always(lambda c, o: arg(c, n).value == o.shape[i])), None)  # noqa: B023
+        if found is None and always(lambda c, o: o.shape[i] == outs[0].shape[i]):  # noqa: B023
             found = str(outs[0].shape[i])
         if found is None:
             raise Decline("an output dimension that no argument predicts")
@@ -956,7 +957,7 @@ def _fake_tensor(calls: Sequence[ObservedCall], index: int) -> str:
         if fixed_first and fixed is not None:
             return fixed
         for name in tensors:
-            if always(lambda c, o: getattr(arg(c, name), field) == getattr(o, field)):
+            if always(lambda c, o: getattr(arg(c, name), field) == getattr(o, field)):  # noqa: B023
                 return f"{name}.{field}"
         if fixed is None:
             raise Decline(f"the output's {field} changes")
@@ -1045,8 +1046,8 @@ def _canonical(ctx: SiteContext, node: cst.BaseExpression) -> str | None:
         nones = [s for s in sides if isinstance(s, cst.Name) and s.value == "None"]
         others = [s for s in sides if s not in nones]
         if len(nones) == 1 and len(others) == 1:
-            inner = _canonical(ctx, others[0])
-            return None if inner is None or inner.endswith("None") else f"{inner} | None"
+            side = _canonical(ctx, others[0])
+            return None if side is None or side.endswith("None") else f"{side} | None"
         return None
     if isinstance(node, cst.Subscript):
         base = qualified_names(ctx, node.value)
