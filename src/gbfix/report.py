@@ -9,6 +9,7 @@ import os
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import cast
 
 from gbfix import recompiles, upstream
 from gbfix.engine import Finding, Result
@@ -92,7 +93,8 @@ def _summary(result: Result, applied: bool, display: Callable[[Path], str]) -> s
         parts.append(f"{len(unsafe)} fixable with --unsafe-fixes")
     if unfixed:
         first = unfixed[0]
-        parts.append(f"{len(unfixed)} not fixable ({first.code} at {display(first.path)}:{first.line})")
+        # an unfixed finding is at a site in the targets: it has a path
+        parts.append(f"{len(unfixed)} not fixable ({first.code} at {display(cast(Path, first.path))}:{first.line})")
     if outside:
         parts.append(f"{len(outside)} outside the targets")
     # Every number counts sites (a source span that breaks, however often Dynamo reports it).

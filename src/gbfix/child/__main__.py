@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from typing import NoReturn
 
 
@@ -35,7 +36,7 @@ def _capabilities() -> list[str]:
     """Which fix APIs this torch has: recipes that need a missing one are not offered."""
     import torch
 
-    probes = {
+    probes: dict[str, Callable[..., object]] = {
         "hop_print": lambda: torch._higher_order_ops.print,
         "leaf_function": lambda: torch._dynamo.decorators.leaf_function,
         "nonstrict_trace": lambda: torch._dynamo.nonstrict_trace,
@@ -92,9 +93,11 @@ def _sources(entry: dict) -> list[str]:
         files.add(os.path.abspath(entry["target"]))
     elif entry["kind"] == "module":
         try:
-            files.add(importlib.util.find_spec(entry["target"]).origin)  # run as __main__: not in sys.modules
+            spec = importlib.util.find_spec(entry["target"])  # run as __main__: not in sys.modules
         except (ImportError, AttributeError, ValueError):
-            pass
+            spec = None
+        if spec is not None and spec.origin is not None:
+            files.add(spec.origin)
     # (torch.ops and torch.classes have a bare "_ops.py" as __file__)
     real = {os.path.realpath(f) for f in files if f.endswith(".py") and os.path.isabs(f)}
     return sorted(f for f in real if not f.startswith(skip))
@@ -205,7 +208,8 @@ def leave(rc: int) -> NoReturn:
     atexit._run_exitfuncs()  # noqa: SLF001
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         try:
-            stream.flush()
+            if stream is not None:
+                stream.flush()
         except Exception:  # noqa: BLE001, S110 - a stream the program closed or replaced
             pass
     os._exit(rc)

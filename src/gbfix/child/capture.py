@@ -32,7 +32,7 @@ class OutputCapture:
                 logs.append({"logger": record.name, "level": record.levelname, "message": record.getMessage()})
             original_call(logger, record)
 
-        logging.Logger.callHandlers = call_handlers  # type: ignore[method-assign]
+        logging.Logger.callHandlers = call_handlers  # type: ignore[method-assign, assignment]
 
         # warnings.warn ends in warnings._showwarnmsg also under catch_warnings
         # (pytest records warnings that way), unlike warnings.showwarning.

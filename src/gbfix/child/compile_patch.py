@@ -32,7 +32,7 @@ class CompileRecorder:
         self._real = torch.compile
 
     def install(self) -> None:
-        torch.compile = self.compile  # type: ignore[assignment]
+        torch.compile = self.compile
 
     def compile(self, model=None, **kwargs):
         # The user's line that asked for compilation: for nn.Module.compile()

@@ -19,7 +19,7 @@ import logging
 import re
 import sys
 import traceback
-from typing import Any, Callable
+from typing import Any
 
 from gbfix import gbcodes
 
@@ -201,8 +201,8 @@ def install(recorder: BreakRecorder) -> None:
             recorder.from_untyped(exc, _stack_above_dynamo() + real)
         return original(self, code_options, reason, exc)
 
-    InstructionTranslatorBase.log_graph_break = log_graph_break
-    convert_frame.log = _WontConvertLog(convert_frame.log, recorder)
+    InstructionTranslatorBase.log_graph_break = log_graph_break  # type: ignore[method-assign]  # Dynamo private API
+    convert_frame.log = _WontConvertLog(convert_frame.log, recorder)  # type: ignore[assignment]  # Dynamo private API
 
 
 class _WontConvertLog:
@@ -262,6 +262,6 @@ def _install_log_fallback(recorder: BreakRecorder) -> None:
             frame = {"file": loc.group(1), "line": int(loc.group(2)), "col": None, "end_col": None, "name": ""}
             recorder.add({"causes": [cause], "stack": [frame], "compile_id": None, "frame_skipped": False})
 
-    handler: Callable = _Handler()
+    handler = _Handler()
     for name in ("torch._dynamo.symbolic_convert", "torch._dynamo.convert_frame"):
         logging.getLogger(name).addHandler(handler)

@@ -79,8 +79,8 @@ def compare(expected: Any, actual: Any, where: str = "output") -> str | None:
     if isinstance(expected, list):
         if not isinstance(actual, list) or len(expected) != len(actual):
             return f"{where}: length differs"
-        for i, (e, a) in enumerate(zip(expected, actual)):
-            diff = compare(e, a, f"{where}[{i}]")
+        for i, (x, a) in enumerate(zip(expected, actual)):
+            diff = compare(x, a, f"{where}[{i}]")
             if diff:
                 return diff
         return None

@@ -45,7 +45,7 @@ class WriteRecorder:
         sys.addaudithook(self._hook)
         torch = sys.modules.get("torch")
         if torch is not None:  # its zip writer opens the file in C++: no audit event
-            torch.save = torch.serialization.save = self._saving(torch.serialization.save)
+            torch.save = torch.serialization.save = self._saving(torch.serialization.save)  # type: ignore[attr-defined]  # torch, patched
 
     def _saving(self, save):
         @functools.wraps(save)

@@ -155,6 +155,6 @@ def _facts_from_json(d: dict) -> Facts | None:
     try:
         p = d["parsed"]
         parsed = None if p is None else Parsed(tuple(p["error"]) if p["error"] else None, bool(p["compiles"]), tuple(p["config"]))
-        return Facts(bool(d["may_compile"]), bool(d["mentions_config"]), parsed)  # type: ignore[arg-type]
+        return Facts(bool(d["may_compile"]), bool(d["mentions_config"]), parsed)
     except (KeyError, TypeError, ValueError):
         return None  # a damaged entry: read the file again

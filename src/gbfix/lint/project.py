@@ -165,7 +165,7 @@ def _bind_target(target: ast.expr, value: ast.expr, out: dict[str, list[ast.expr
         pairs = isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts)
         for i, t in enumerate(target.elts):
             # `enc, dec = Enc(), Dec()` pairs up; `q, k = x.chunk(2)` binds each to the call
-            _bind_target(t, value.elts[i] if pairs else value, out)  # type: ignore[union-attr]
+            _bind_target(t, value.elts[i] if pairs else value, out)  # type: ignore[attr-defined]
     elif isinstance(target, ast.Starred):
         _bind_target(target.value, value, out)
 
@@ -424,7 +424,7 @@ class Project:
 
     def attrs(self, cls: ClassInfo, name: str) -> list[tuple[ast.expr, Scope]]:
         """Values assigned to ``self.<name>`` in the class's (and its bases') methods."""
-        out = []
+        out: list[tuple[ast.expr, Scope]] = []
         for c in self.mro(cls):
             if c._attrs is None:
                 c._attrs = {}
@@ -661,7 +661,7 @@ def _self_targets(t: ast.expr, value: ast.expr, self_name: str) -> Iterator[tupl
     elif isinstance(t, (ast.Tuple, ast.List)):  # self.fc1, self.fc2 = Linear(...), Linear(...)
         pairs = isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(t.elts)
         for i, x in enumerate(t.elts):
-            yield from _self_targets(x, value.elts[i] if pairs else value, self_name)  # type: ignore[union-attr]
+            yield from _self_targets(x, value.elts[i] if pairs else value, self_name)  # type: ignore[attr-defined]
 
 
 def _annotation(a: ast.expr) -> ast.expr:

@@ -32,9 +32,9 @@ def regions(modules: Iterable[Module], project: Project) -> Iterator[Region]:
                     yield from _new(seen, [owner.func_of(fn)], m, site)
                 continue
             assert isinstance(site, ast.Call)
-            target = _compiled_arg(site, scope, project)
-            if target is not None:
-                yield from _new(seen, compiled(target, scope, project), m, site)
+            arg = _compiled_arg(site, scope, project)
+            if arg is not None:
+                yield from _new(seen, compiled(arg, scope, project), m, site)
             elif isinstance(site.func, ast.Attribute) and site.func.attr == "compile" and project.qual(site.func, scope) is None:
                 # model.compile(): nn.Module.compile, in place
                 for c in project.classes_of(site.func.value, scope):
@@ -57,7 +57,7 @@ def assumed(modules: Iterable[Module], project: Project) -> Iterator[Region]:
 
 def compiled(target: ast.expr, scope: Scope, project: Project) -> list:
     """What compiling ``target`` compiles: a function or method, or an instance's forward."""
-    out = [s for s in project.resolve(target, scope) if isinstance(s, Func)]
+    out: list = [s for s in project.resolve(target, scope) if isinstance(s, Func)]
     for c in project.classes_of(target, scope):
         out.extend(project.call_targets(c))
     return out
@@ -66,7 +66,7 @@ def compiled(target: ast.expr, scope: Scope, project: Project) -> list:
 def functions(m: Module, project: Project) -> dict[tuple[int, str], Func]:
     """Every function of ``m`` (methods and nested ones too), by its def's line and name."""
     out = {}
-    todo = [(m.tree, _Owner(m, project))]
+    todo: list[tuple[ast.AST, _Owner]] = [(m.tree, _Owner(m, project))]
     while todo:
         root, owner = todo.pop()
         for node in ast.iter_child_nodes(root):
@@ -160,7 +160,7 @@ def _hot_nodes(m: Module, project: Project):
     hot = [i for i, line in enumerate(m.lines, 1) if "compile" in line or "optimize" in line]
     if not hot:
         return
-    todo = [(m.tree, _Owner(m, project))]
+    todo: list[tuple[ast.AST, _Owner]] = [(m.tree, _Owner(m, project))]
     while todo:
         root, owner = todo.pop()
         stack = list(ast.iter_child_nodes(root))

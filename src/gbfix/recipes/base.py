@@ -11,14 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Union
+from typing import ClassVar, TypeVar, overload
 
 import libcst as cst
 
 from gbfix.locate import ParsedFile
 from gbfix.records import Edit, ObservedCall, Safety, Site
 
-Replacement = Union[cst.CSTNode, cst.FlattenSentinel, cst.RemovalSentinel]
+Replacement = cst.CSTNode | cst.FlattenSentinel | cst.RemovalSentinel
+Node = TypeVar("Node", bound=cst.CSTNode)
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,10 @@ class SiteContext:
     def ancestors(self, node: cst.CSTNode | None = None) -> tuple[cst.CSTNode, ...]:
         return self.file.ancestors(node or self.node)
 
+    @overload
+    def enclosing(self, kind: type[Node], /, *, node: cst.CSTNode | None = None) -> Node | None: ...
+    @overload
+    def enclosing(self, *types: type, node: cst.CSTNode | None = None) -> cst.CSTNode | None: ...
     def enclosing(self, *types: type, node: cst.CSTNode | None = None) -> cst.CSTNode | None:
         """``node`` itself or its nearest ancestor of one of ``types``."""
         start = node or self.node

@@ -158,7 +158,7 @@ class LeafRecipe(HelperRecipe):
 class LoggerRecipe(HelperRecipe):
     """A Logger method called with positional arguments only, on a logger the helper can be handed."""
 
-    codes = ("GB0291",)
+    codes: ClassVar[tuple[str, ...]] = ("GB0291",)
     safety = "safe"
     rule = "GB0291"
     methods: ClassVar[frozenset[str]] = _METHODS
@@ -405,7 +405,7 @@ def _local_values(ctx: SiteContext, fn: cst.FunctionDef, name: str, seen: frozen
 
 def _bound_names(node: cst.CSTNode) -> set[str]:
     if isinstance(node, cst.Assign):
-        targets = [t.target for t in node.targets]
+        targets: list[cst.BaseExpression] = [t.target for t in node.targets]
     elif isinstance(node, (cst.AnnAssign, cst.AugAssign, cst.For, cst.NamedExpr, cst.CompFor)):
         targets = [node.target]
     else:  # WithItem

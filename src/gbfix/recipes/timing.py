@@ -438,8 +438,8 @@ class ClockIntoBranch(Recipe):
             for t in [target] if target is not None else []:
                 for a in nodes(t, cst.Attribute):
                     if isinstance(a.value, cst.Name) and a.value.value == "self" and a.attr.value == attr:
-                        method = ctx.enclosing(cst.FunctionDef, node=a)
-                        if method is None or method.name.value != "__init__" or isinstance(node, cst.Del):
+                        init = ctx.enclosing(cst.FunctionDef, node=a)
+                        if init is None or init.name.value != "__init__" or isinstance(node, cst.Del):
                             return False
                         in_init = True
         return in_init
