@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import click
 
@@ -116,10 +116,10 @@ def main(
     for f in every:
         if f.path is None:
             click.echo(f"note: {f.code} outside the targets ({f.detail.split(';')[0]}), not checked", err=True)
-    every = [f for f in every if f.path is not None]
-    checked = [f for f in every if selection.keeps(f.code, found.files[f.path].text, f.line)]
-    suppressed = sum(1 for f in every if selection.suppressed(f.code, found.files[f.path].text, f.line))
-    keys = {id(f): bl.key(f.code, f.path, f.line, root) for f in checked}
+    every = [f for f in every if f.path is not None]  # each f.path below is a Path (cast: mypy cannot follow the filter)
+    checked = [f for f in every if selection.keeps(f.code, found.files[cast(Path, f.path)].text, f.line)]
+    suppressed = sum(1 for f in every if selection.suppressed(f.code, found.files[cast(Path, f.path)].text, f.line))
+    keys = {id(f): bl.key(f.code, cast(Path, f.path), f.line, root) for f in checked}
     current = Counter(keys.values())
     again = "gbfix check --update-baseline" + (f" --baseline {baseline_file}" if baseline_file else "")
     outside = [brk for brk in found.outside if selection.selects(brk.root.code or brk.root.gb_type)]

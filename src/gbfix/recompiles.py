@@ -83,7 +83,7 @@ def _limits(recompiles: tuple[Recompile, ...], files: dict[Path, SourceFile], ca
     for rc in recompiles:
         if rc.limit is None:
             continue
-        path = Path(os.path.realpath(rc.file))
+        path: Path | None = Path(os.path.realpath(rc.file))
         path = path if path in files else None
         col = _column(files, path, rc.line, None) if path else None
         total = sum(1 for r in recompiles if (r.file, r.line) == (rc.file, rc.line))
