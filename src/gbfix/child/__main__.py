@@ -47,9 +47,11 @@ def _capabilities() -> list[str]:
         "reorderable_logging": lambda: torch._dynamo.config.reorderable_logging_functions,
         # The log/warn/print op helpers: an op defined in a torch.library.Library, with a fake kernel.
         "register_fake": lambda: torch.library.register_fake,
+        "mark_dynamic": lambda: torch._dynamo.mark_dynamic,
+        "fail_on_recompile": lambda: torch.compiler.set_stance,
     }
     # Config routes, gated on the option existing in this release.
-    for option in ("capture_scalar_outputs", "capture_dynamic_output_shape_ops", "allow_rnn", "trace_autograd_ops"):
+    for option in ("capture_scalar_outputs", "capture_dynamic_output_shape_ops", "allow_rnn", "trace_autograd_ops", "allow_unspec_int_on_nn_module"):
         probes[f"config.{option}"] = lambda option=option: getattr(torch._dynamo.config, option)
     out = []
     for name, probe in probes.items():
