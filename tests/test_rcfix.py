@@ -16,6 +16,7 @@ import pytest
 
 from gbfix import engine, recompiles
 from gbfix.entry import parse as parse_entry
+from gbfix.suppress import Filter
 
 FIXTURE = Path(__file__).parent / "fixtures" / "rcfix"
 
@@ -98,3 +99,70 @@ def test_the_fixed_program_prints_the_same(result, folder, tmp_path):
     after = subprocess.run([sys.executable, "run_all.py"], cwd=tmp_path, capture_output=True, text=True, check=True)
     assert after.stdout == before.stdout
     assert "recompile_limit" in before.stderr and "recompile_limit" not in after.stderr
+
+
+# --- the proof: --zero-recompiles ------------------------------------------------
+
+SCHEDULE = '''\
+import math
+
+import torch
+
+
+@torch.compile(backend="eager")
+def sgd_step(w: torch.Tensor, grad: torch.Tensor, lr: float) -> torch.Tensor:
+    return w - lr * grad
+
+
+if __name__ == "__main__":
+    w = torch.ones(4)
+    for step in range(4):
+        w = sgd_step(w, 2 * w, 0.05 * (1 + math.cos(math.pi * step / 4)))
+    print(w.tolist())
+'''
+
+# The main block picks another mode each time it runs: warm, the second pass compiles again.
+NEW_MODE = '''\
+import torch
+
+PASSES = [0]
+
+
+@torch.compile(backend="eager")
+def activate(x: torch.Tensor, name: str) -> torch.Tensor:
+    return getattr(torch, name)(x)
+
+
+if __name__ == "__main__":
+    PASSES[0] += 1
+    print(activate(torch.ones(2), ("relu", "tanh")[PASSES[0] % 2]).tolist())
+'''
+
+
+def _proof(tmp_path: Path, source: str) -> engine.Result:
+    (tmp_path / "prog.py").write_text(source)
+    return engine.fix([tmp_path / "prog.py"], parse_entry("python prog.py", tmp_path), engine.Options(zero_recompiles=True))
+
+
+def test_zero_recompiles_is_proven_after_the_fix(tmp_path):
+    result = _proof(tmp_path, SCHEDULE)
+    assert "torch.tensor(0.05 * (1 + math.cos(math.pi * step / 4)), dtype=torch.float64)" in result.fixed[(tmp_path / "prog.py").resolve()].decode()
+    assert result.recompiles_proven is True
+    assert any('proven by running the main block again under torch.compiler.set_stance("fail_on_recompile")' in n for n in result.notes)
+
+
+def test_zero_recompiles_fails_on_a_recompile_of_the_warm_program(tmp_path):
+    result = _proof(tmp_path, NEW_MODE)
+    assert result.recompiles_proven is False
+    note = next(n for n in result.notes if n.startswith("no recompile after warm-up not proven"))
+    assert "fail_on_recompile" in note and "activate" in note
+
+
+def test_zero_recompiles_is_not_tried_while_a_frame_recompiles_more_than_once(tmp_path):
+    (tmp_path / "steps.py").write_text((FIXTURE / "steps.py").read_text())
+    result = engine.fix(
+        [tmp_path / "steps.py"], parse_entry("python steps.py", tmp_path),
+        engine.Options(zero_recompiles=True, selection=Filter(ignore=("RC",))),  # left unfixed: 8 recompiles
+    )
+    assert result.recompiles_proven is False
+    assert any("recompiles are left beyond the automatic-dynamic one per frame" in n for n in result.notes)

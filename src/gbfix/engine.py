@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -56,6 +57,8 @@ class Options:
     max_rounds: int = MAX_ROUNDS
     selection: Filter = Filter()  # select / ignore, and `# gbfix: ignore` comments: sites left alone
     backend: str = "own"  # the final check's: "own" (the program's), "eager" or "inductor"
+    # prove that, warm, the program compiles nothing again (set_stance("fail_on_recompile"))
+    zero_recompiles: bool = False
 
     @property
     def final_backend(self) -> str:
@@ -77,6 +80,7 @@ class Result:
     seconds: float
     notes: tuple[str, ...] = ()
     final: RunResult | None = None  # the run ``remaining`` is judged on (the edited program; the baseline if nothing changed)
+    recompiles_proven: bool | None = None  # None: not asked; else whether ``prove_zero_recompiles`` proved it
 
     def diff(self, display: Callable[[Path], str] = str) -> str:
         return "".join(
@@ -550,6 +554,7 @@ class _Session:
             run = self.last_own  # what is left, counted on the program's own backend
         run = self.recompile_round(run, caps)
         proven = self.prove_fullgraph(run) if self.opts.fullgraph else None
+        warm = self.prove_zero_recompiles(run) if self.opts.zero_recompiles else None
         fixed = {p: s.data for p, s in self.current.items() if s.data != self.originals[p].data}
         fixed |= generated.complete(fixed)  # the packages' generated modules: new, or extended
         final = run.recompiles if run is not self.baseline else None
@@ -568,6 +573,7 @@ class _Session:
             seconds=time.perf_counter() - started,
             notes=(*self.notes, *self.baseline.recompile_notes, *self.prober.notes, runs_note(self.entry, self.prober.runs, self.baseline)),
             final=run,
+            recompiles_proven=warm,
         )
 
     # --- recompiles -------------------------------------------------------------
@@ -627,6 +633,34 @@ class _Session:
             return None
         self._commit([edit], locator)
         return result
+
+    def prove_zero_recompiles(self, run: RunResult) -> bool:
+        """Once each frame recompiles at most once (automatic dynamic shapes) and none hit the
+        limit, run the program once more on its own backend, its main block a second time
+        under ``torch.compiler.set_stance("fail_on_recompile")``: the first pass is the warm-up."""
+        said = "no recompile after warm-up not proven"
+        if "fail_on_recompile" not in self.baseline.capabilities:
+            self.notes.append(f"{said}: this torch has no torch.compiler.set_stance")
+            return False
+        per_frame = Counter((rc.file, rc.function) for rc in run.recompiles)
+        over = sorted(f"`{fn}` ({n})" for (_, fn), n in per_frame.items() if n > 1)
+        if over or recompiles.limited(run.recompiles):
+            self.notes.append(f"{said}: recompiles are left beyond the automatic-dynamic one per frame: {', '.join(over) or 'a frame over the limit'}")
+            return False
+        overlay = {p: s.data for p, s in self.current.items() if s.data != self.originals[p].data}
+        self.progress("running the program again, its main block twice, the second under fail_on_recompile")
+        try:
+            result = self.prober.run(overlay=overlay, backend=self.opts.final_backend, no_recompiles=True)
+        except RunFailed as e:
+            self.notes.append(f"{said}: the program failed: {e}")
+            return False
+        if result.recompile_proof:
+            self.notes.append(f"{said}: {result.recompile_proof}")
+            return False
+        self.notes.append(
+            'no recompile after warm-up: proven by running the main block again under torch.compiler.set_stance("fail_on_recompile"), on the program\'s own backend'
+        )
+        return True
 
     def prove_fullgraph(self, run: RunResult) -> bool:
         """Add ``fullgraph=True`` where the program compiles, proven by a real fullgraph run."""

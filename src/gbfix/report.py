@@ -111,7 +111,7 @@ def _sites(n: int) -> str:
 
 
 def exit_code(result: Result, applied: bool) -> int:
-    if result.fullgraph is False:
+    if result.fullgraph is False or result.recompiles_proven is False:
         return 1
     if applied:  # breaks only: recompiles are reported, not fixed yet (`gbfix check` gates them)
         return 0 if result.remaining == 0 else 1
