@@ -148,11 +148,15 @@ def _flags(entry, timeout, unsafe_fixes, fullgraph, backend, select, ignore) -> 
 @OUTPUT_FORMAT
 @HTML_OPTION
 @NO_CACHE
+@click.option(
+    "--zero-recompiles", is_flag=True,
+    help="Once each compiled frame recompiles at most once, prove that, warm, it compiles nothing again: the main block runs twice, the second time under torch.compiler.set_stance('fail_on_recompile').",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 def fix(
     paths: tuple[Path, ...], mode: str, entry: str | None, timeout: float | None, unsafe_fixes: bool | None, fullgraph: bool | None,
     backend: str | None, select: tuple[str, ...] | None, ignore: tuple[str, ...] | None, fmt: str, html_file: Path | None,
-    no_cache: bool, quiet: bool,
+    no_cache: bool, zero_recompiles: bool, quiet: bool,
 ) -> None:
     """Run the entry, find its graph breaks in PATHS, and fix them with verified edits (the default command).
 
@@ -189,6 +193,7 @@ def fix(
             fullgraph=settings["fullgraph"],
             selection=Filter(settings["select"], settings["ignore"]),
             backend=settings["backend"],
+            zero_recompiles=zero_recompiles,
         )
         fixed = engine.fix(targets, the_entry, opts, _progress(quiet), cache=not no_cache, worker=worker)
     finally:

@@ -102,12 +102,15 @@ class Prober:
         backend: str = "eager",
         fullgraph: bool | None = None,
         observe: tuple[tuple[Path, int], ...] = (),
+        no_recompiles: bool = False,
     ) -> Pending:
         """Start one run; several may go at once (a ``warm`` prober forks them all).
 
         backend: "eager" (detection), "own" (the program's own settings) or
         "none" (Dynamo disabled). ``observe``: (file, first line) of user
         functions whose calls are recorded (see ``gbfix.child.observe``).
+        ``no_recompiles``: then run the script's main block again under
+        ``torch.compiler.set_stance("fail_on_recompile")`` (``RunResult.recompile_proof``).
         """
         if self.one_at_a_time:
             for earlier in self.started:
@@ -132,6 +135,7 @@ class Prober:
             "result": str(rundir / RESULT),
             "seed": 0,
             "observe": [{"file": str(path), "line": line} for path, line in observe],
+            "no_recompiles": no_recompiles,
         }
         spec_path = rundir / "spec.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
@@ -280,4 +284,5 @@ class Pending:
             wrote_more=data["wrote"]["more"],
             recompiles=tuple(Recompile.from_json(r) for r in data.get("recompiles", ())),
             recompile_notes=tuple(data.get("recompile_notes", ())),
+            recompile_proof=data.get("recompile_proof"),
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -56,6 +57,8 @@ class Options:
     max_rounds: int = MAX_ROUNDS
     selection: Filter = Filter()  # select / ignore, and `# gbfix: ignore` comments: sites left alone
     backend: str = "own"  # the final check's: "own" (the program's), "eager" or "inductor"
+    # prove that, warm, the program compiles nothing again (set_stance("fail_on_recompile"))
+    zero_recompiles: bool = False
 
     @property
     def final_backend(self) -> str:
@@ -77,6 +80,7 @@ class Result:
     seconds: float
     notes: tuple[str, ...] = ()
     final: RunResult | None = None  # the run ``remaining`` is judged on (the edited program; the baseline if nothing changed)
+    recompiles_proven: bool | None = None  # None: not asked; else whether ``prove_zero_recompiles`` proved it
 
     def diff(self, display: Callable[[Path], str] = str) -> str:
         return "".join(
@@ -548,10 +552,13 @@ class _Session:
             self.uncompiled_started = None
         if self.last_own is not None:
             run = self.last_own  # what is left, counted on the program's own backend
+        run = self.recompile_round(run, caps)
         proven = self.prove_fullgraph(run) if self.opts.fullgraph else None
+        warm = self.prove_zero_recompiles(run) if self.opts.zero_recompiles else None
         fixed = {p: s.data for p, s in self.current.items() if s.data != self.originals[p].data}
         fixed |= generated.complete(fixed)  # the packages' generated modules: new, or extended
-        findings = tuple(recompiles.merge(self.findings(run, caps), self.baseline.recompiles, self.originals))
+        final = run.recompiles if run is not self.baseline else None
+        findings = tuple(recompiles.merge(self.findings(run, caps), self.baseline.recompiles, self.originals, final))
         return Result(
             entry=self.entry,
             findings=findings,
@@ -566,7 +573,94 @@ class _Session:
             seconds=time.perf_counter() - started,
             notes=(*self.notes, *self.baseline.recompile_notes, *self.prober.notes, runs_note(self.entry, self.prober.runs, self.baseline)),
             final=run,
+            recompiles_proven=warm,
         )
+
+    # --- recompiles -------------------------------------------------------------
+    def recompile_round(self, run: RunResult, caps: frozenset[str]) -> RunResult:
+        """Recompile sites answered like break sites, one edit at a time on the current
+        generation: an edit is kept when the program behaves the same, no break is new
+        and the recompiles of its site go down (on the own backend too, when checked)."""
+        tried: set[tuple] = set()
+        while True:
+            todo = [
+                f for f in recompiles.findings(run.recompiles, self.current)
+                if f.path is not None and f.code != recompiles.LIMIT and recompiles.site_of(f.recompiles[-1]) not in tried
+                and self.opts.selection.keeps(f.code, self.current[f.path].text, f.line)
+            ]
+            if not todo:
+                return run
+            finding = todo[0]
+            tried.add(recompiles.site_of(finding.recompiles[-1]))
+            locator, site = Locator(self.current), recompiles.site(finding)
+            ctx = replace(self._context(site, locator, caps), recompile=finding.recompiles[-1])
+            for recipe in recipes.candidates(site.code, unsafe=self.opts.unsafe_fixes):
+                rw = recipe().propose(ctx)
+                if rw is None:
+                    continue
+                edit = rw.edit(next(self.ids), site, recipe, locator.parsed(site.path))
+                self.ledger.proposed(edit)
+                kept = self.recompile_trial(edit, finding.recompiles[-1], run, locator)
+                if kept is not None:
+                    run = kept
+                    break
+
+    def recompile_trial(self, edit: Edit, rc, before: RunResult, locator: Locator) -> RunResult | None:
+        """Verify one edit for a recompile site; the run that proves it, or None (rejected)."""
+        key = recompiles.site_of(rc)
+        result, failure, placed = self.trial([edit], locator)
+        status, why = "applied", ""
+        applied = [o.edit for o in self.outcomes if o.status == "applied"]
+        if result is None:
+            status, why = "rejected:output-mismatch", failure or ""
+        elif len(result.breaks) > len(before.breaks):
+            status, why = "rejected:new-break", f"{describe(placed[0]) if placed else 'a break'} is new"
+        elif recompiles.counts(result.recompiles)[key] >= recompiles.counts(before.recompiles)[key]:
+            status, why = "rejected:no-reduction", f"{rc.function} still recompiles on `{key[3]}`"
+        elif diff := self.behaviour_diff(result, _tolerated([*applied, edit])):
+            status, why = "rejected:output-mismatch", diff
+        elif self.check_own_backend:
+            own, why = self.own_trial([edit], locator)
+            if own is None:
+                status = "rejected:backend"
+            elif recompiles.counts(own.recompiles)[key] >= recompiles.counts(before.recompiles)[key]:
+                status, why = "rejected:no-reduction", f"on its own backend, {rc.function} still recompiles on `{key[3]}`"
+            else:
+                self.last_own = result = own
+        self.outcomes.append(Outcome(edit, status, why))
+        if status != "applied":
+            self.ledger.failed(edit, retry=None)
+            return None
+        self._commit([edit], locator)
+        return result
+
+    def prove_zero_recompiles(self, run: RunResult) -> bool:
+        """Once each frame recompiles at most once (automatic dynamic shapes) and none hit the
+        limit, run the program once more on its own backend, its main block a second time
+        under ``torch.compiler.set_stance("fail_on_recompile")``: the first pass is the warm-up."""
+        said = "no recompile after warm-up not proven"
+        if "fail_on_recompile" not in self.baseline.capabilities:
+            self.notes.append(f"{said}: this torch has no torch.compiler.set_stance")
+            return False
+        per_frame = Counter((rc.file, rc.function) for rc in run.recompiles)
+        over = sorted(f"`{fn}` ({n})" for (_, fn), n in per_frame.items() if n > 1)
+        if over or recompiles.limited(run.recompiles):
+            self.notes.append(f"{said}: recompiles are left beyond the automatic-dynamic one per frame: {', '.join(over) or 'a frame over the limit'}")
+            return False
+        overlay = {p: s.data for p, s in self.current.items() if s.data != self.originals[p].data}
+        self.progress("running the program again, its main block twice, the second under fail_on_recompile")
+        try:
+            result = self.prober.run(overlay=overlay, backend=self.opts.final_backend, no_recompiles=True)
+        except RunFailed as e:
+            self.notes.append(f"{said}: the program failed: {e}")
+            return False
+        if result.recompile_proof:
+            self.notes.append(f"{said}: {result.recompile_proof}")
+            return False
+        self.notes.append(
+            'no recompile after warm-up: proven by running the main block again under torch.compiler.set_stance("fail_on_recompile"), on the program\'s own backend'
+        )
+        return True
 
     def prove_fullgraph(self, run: RunResult) -> bool:
         """Add ``fullgraph=True`` where the program compiles, proven by a real fullgraph run."""

@@ -109,11 +109,14 @@ def explain(code: str) -> Explanation:
 
 
 def _explain_recompile(code: str) -> Explanation:
-    """An RC code: gbfix's own (no registry entry, no recipe yet), from its page."""
+    """An RC code: gbfix's own (no registry entry), from its page, with the recipes answering it."""
     if code not in rccodes.CODES:
         raise GbfixError(f"unknown recompile code {code} (gbfix knows {', '.join(rccodes.CODES)})")
+    from gbfix.recipes import candidates  # imports libcst (not torch): only here
+
     folder = catalog_dir()
-    out = Explanation(code=code, torch=torch_version() or "unknown version", registry=[], recipes=[], catalog=None,
+    recipes = [{"name": r.name, "safety": r.safety, "summary": r.summary} for r in candidates(code, unsafe=True)]
+    out = Explanation(code=code, torch=torch_version() or "unknown version", registry=[], recipes=recipes, catalog=None,
                       catalog_installed=folder is not None, title=rccodes.CODES[code][0])
     page = folder / f"{code}.md" if folder else None
     if page is not None and page.is_file():
@@ -218,7 +221,7 @@ def render(e: Explanation) -> str:
     current = e.registry[0] if e.registry else None
     lines.append(f"{e.code}: {current.gb_type if current else e.title}")
     if e.code.startswith("RC"):
-        lines += _para("", "A gbfix recompile code: why Dynamo compiled a frame again (reported, not fixed yet).", "  ")
+        lines += _para("", "A gbfix recompile code: why Dynamo compiled a frame again.", "  ")
     elif current is None:
         lines.append(f"  (not in the installed torch's registry, torch {e.torch})")
     for i, v in enumerate(e.registry):
@@ -252,7 +255,7 @@ def render(e: Explanation) -> str:
         lines.append("Recipes, in the order gbfix tries them (unsafe ones only with --unsafe-fixes):")
         lines += [f"  {r['name']} ({r['safety']}): {r['summary']}" for r in e.recipes]
     elif e.code.startswith("RC"):
-        lines.append(f"No gbfix recipe answers {e.code} yet: recompiles are reported, not fixed.")
+        lines.append(f"No gbfix recipe answers {e.code}: gbfix reports it; the page says what to do by hand.")
     else:
         lines.append(f"No gbfix recipe answers {e.code}.")
     for ex in e.examples:

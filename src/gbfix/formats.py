@@ -139,6 +139,7 @@ def fix_document(
         },
         "remaining": result.remaining,
         "fullgraph": result.fullgraph,
+        "zero_recompiles": result.recompiles_proven,
         "runs": result.runs,
     }
     return Document(command, diagnostics, summary, exit_code, suppressed, extra)

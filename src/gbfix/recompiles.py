@@ -6,18 +6,22 @@ with the same cause at the same place become one finding, like a break site. The
 codes (``RC`` and three digits) cannot be taken for Dynamo's ``GB`` codes; the
 rules/RCxxx.md pages document them.
 
-Recompiles are reported, not fixed yet: their findings have the status ``recompile``.
+A recompile site is answered like a break site (``engine._Session.recompile_round``): the
+recipes whose ``codes`` hold its RC code propose, and an edit is kept when the recompiles of
+its site (``site_of``) go down. A finding left has the status ``recompile``.
 """
 
 from __future__ import annotations
 
 import os
+from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 from gbfix.ledger import Finding
 from gbfix.locate import innermost_in
 from gbfix.rccodes import CODES, LIMIT, LIMIT_BREAK, STATUS, GuardCause, cause
-from gbfix.records import Guard, Recompile
+from gbfix.records import Break, Cause, Guard, Recompile, Site
 from gbfix.sources import SourceFile, char_column
 
 
@@ -110,28 +114,85 @@ def covered_by_limit(finding: Finding, limits: list[Finding]) -> bool:
     )
 
 
-def count_note(found: list[Finding]) -> str:
-    """The summary's sentence about recompiles ("" when there are none)."""
+def count_note(found: list[Finding], applied: bool = True) -> str:
+    """The summary's sentence about recompiles ("" when there are none); ``applied``: the
+    edits were written (else the fixed sites are fixable)."""
     rcs = [f for f in found if f.status == STATUS and f.code != LIMIT]
-    limits = [f for f in found if f.code == LIMIT]
+    limits = [f for f in found if f.code == LIMIT and f.status == STATUS]
+    fixed = sum(1 for f in found if f.status == "fixed" and f.code in CODES and f.code != LIMIT)
+    sites = f"{fixed} recompile site{'s' if fixed != 1 else ''}"
+    done = (f"{sites} fixed." if applied else f"{sites} fixable (verified; --apply writes them).") if fixed else ""
     if not rcs and not limits:
-        return ""
+        return done
     total = sum(len(f.recompiles) for f in rcs)
     text = f"{total} recompile{'s' if total != 1 else ''} at {len(rcs)} site{'s' if len(rcs) != 1 else ''}"
     if limits:
         text += f", {len(limits)} frame{'s' if len(limits) != 1 else ''} over the recompile limit (running eagerly)"
-    return f"Found {text}: reported, not fixed yet."
+    return " ".join(x for x in (done, f"Found {text}: reported, not fixed yet.") if x)
 
 
-def merge(breaks: list[Finding], recompiles: tuple[Recompile, ...], files: dict[Path, SourceFile]) -> list[Finding]:
+def merge(
+    breaks: list[Finding],
+    recompiles: tuple[Recompile, ...],
+    files: dict[Path, SourceFile],
+    final: tuple[Recompile, ...] | None = None,
+) -> list[Finding]:
     """The break findings with the recompile findings: limit hits first (the worst case:
-    the frame runs eagerly; each replaces Dynamo's GB0039 at the same def), recompiles last."""
+    the frame runs eagerly; each replaces Dynamo's GB0039 at the same def), recompiles last.
+    ``final``: the recompiles of the edited program, when edits were kept: a site (or a
+    limit hit) that no longer recompiles there is fixed."""
     found = findings(recompiles, files)
+    if final is not None:
+        found = [_judged(f, final) for f in found]
     limits = [f for f in found if f.code == LIMIT]
     return [*limits, *(f for f in breaks if not covered_by_limit(f, limits)), *(f for f in found if f.code != LIMIT)]
+
+
+def site_of(rc: Recompile) -> tuple:
+    """What a recompile site is across edits (which move lines): the frame's file and
+    function, the cause's code and the guarded expression."""
+    guard = rc.guards[0] if rc.guards else None
+    why = cause(guard) if guard else GuardCause("RC009", "")
+    return (os.path.realpath(rc.file), rc.function, why.code, why.source)
+
+
+def counts(recompiles: tuple[Recompile, ...]) -> Counter:
+    """Recompiles per site (``site_of``)."""
+    return Counter(site_of(rc) for rc in recompiles if rc.guards)
+
+
+def limited(recompiles: tuple[Recompile, ...]) -> set[tuple[str, str]]:
+    """The frames (file, function) that hit the recompile limit."""
+    return {(os.path.realpath(rc.file), rc.function) for rc in recompiles if rc.limit is not None}
+
+
+def _judged(finding: Finding, final: tuple[Recompile, ...]) -> Finding:
+    """The finding, fixed when the edited program no longer recompiles there, or once where
+    it recompiled more (the automatic-dynamic recompile, which settles the frame)."""
+    rc = finding.recompiles[-1]
+    if finding.code == LIMIT:
+        gone = (os.path.realpath(rc.file), rc.function) not in limited(final)
+        return replace(finding, status="fixed", detail="") if gone else finding
+    left = counts(final)[site_of(rc)]
+    if left == 0 or left == 1 < len(finding.recompiles):
+        # one left: the automatic-dynamic recompile that makes the value symbolic, once per frame
+        return replace(finding, status="fixed", detail="")
+    if left < len(finding.recompiles):
+        return replace(finding, detail=f"reduced to {_times(left)} by the edits; " + finding.detail)
+    return finding
+
+
+def site(finding: Finding) -> Site:
+    """A recompile finding as a site a recipe can answer: its Break stands in for the
+    guard (code, the guard's text), placed where the finding is reported."""
+    rc = finding.recompiles[-1]
+    text = rc.guards[0].text if rc.guards else ""
+    brk = Break((Cause(finding.code, "recompile", f"guard `{text}` failed"),), ())
+    col = None if finding.col is None else finding.col - 1
+    return Site(finding.path, finding.line, col, None, brk)
 
 
 def still_breaking(findings: tuple[Finding, ...] | list[Finding]) -> int:
     """The sites that still break: findings not fixed, recompiles left out, except a frame over
     the recompile limit (RC100 stands in for Dynamo's GB0039 break: the frame runs eagerly)."""
-    return sum(1 for f in findings if f.status not in ("fixed", STATUS) or f.code == LIMIT)
+    return sum(1 for f in findings if f.status not in ("fixed", STATUS) or (f.code == LIMIT and f.status == STATUS))

@@ -219,6 +219,9 @@ class RunResult:
     # torch could not tell (a private hook missing)
     recompiles: tuple[Recompile, ...] = ()
     recompile_notes: tuple[str, ...] = ()
+    # With ``no_recompiles``: "" when the second pass under fail_on_recompile compiled nothing,
+    # else why not (the recompile that failed it, or why it could not run); None: not asked.
+    recompile_proof: str | None = None
 
 
 @dataclass(frozen=True)

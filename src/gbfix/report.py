@@ -61,10 +61,10 @@ def filtered(result: Result, selection: Filter) -> tuple[Result, int]:
 
 def summary(result: Result, applied: bool, display: Callable[[Path], str] = display_path, suppressed: int = 0) -> str:
     """The closing line: the breaks, then a sentence on the recompiles (reported, not fixed yet)."""
-    rc_note = recompiles.count_note(list(result.findings))
+    rc_note = recompiles.count_note(list(result.findings), applied)
     if not rc_note:
         return _break_summary(result, applied, display, suppressed)
-    breaks_only = replace(result, findings=tuple(f for f in result.findings if f.status != recompiles.STATUS))
+    breaks_only = replace(result, findings=tuple(f for f in result.findings if not f.recompiles))
     return f"{_break_summary(breaks_only, applied, display, suppressed)} {rc_note}"
 
 
@@ -113,7 +113,7 @@ def _sites(n: int) -> str:
 
 
 def exit_code(result: Result, applied: bool) -> int:
-    if result.fullgraph is False:
+    if result.fullgraph is False or result.recompiles_proven is False:
         return 1
     if applied:  # breaks only: recompiles are reported, not fixed yet (`gbfix check` gates them)
         return 0 if result.remaining == 0 else 1

@@ -48,9 +48,11 @@ def _capabilities() -> list[str]:
         "reorderable_logging": lambda: torch._dynamo.config.reorderable_logging_functions,
         # The log/warn/print op helpers: an op defined in a torch.library.Library, with a fake kernel.
         "register_fake": lambda: torch.library.register_fake,
+        "mark_dynamic": lambda: torch._dynamo.mark_dynamic,
+        "fail_on_recompile": lambda: torch.compiler.set_stance,
     }
     # Config routes, gated on the option existing in this release.
-    for option in ("capture_scalar_outputs", "capture_dynamic_output_shape_ops", "allow_rnn", "trace_autograd_ops"):
+    for option in ("capture_scalar_outputs", "capture_dynamic_output_shape_ops", "allow_rnn", "trace_autograd_ops", "allow_unspec_int_on_nn_module"):
         probes[f"config.{option}"] = lambda option=option: getattr(torch._dynamo.config, option)
     out = []
     for name, probe in probes.items():
@@ -122,7 +124,7 @@ def main(spec_path: str) -> int:
     from gbfix.child import hooks
     from gbfix.child.capture import OutputCapture
     from gbfix.child.compile_patch import CompileRecorder
-    from gbfix.child.entry_runner import EntryFailed, run
+    from gbfix.child.entry_runner import EntryFailed, run, run_main_again
     from gbfix.child.observe import CallObserver
     from gbfix.child.outputs import compare_calls
     from gbfix.child.overlay import OverlayFinder
@@ -158,6 +160,7 @@ def main(spec_path: str) -> int:
     finally:
         sys.settrace(None)
         sys.stdout.flush()
+    proof = _prove_no_recompiles(run_main_again) if spec.get("no_recompiles") and error is None else None
 
     torch.save(compiles.calls, spec["outputs_out"])
     mismatch = None
@@ -179,6 +182,7 @@ def main(spec_path: str) -> int:
         "graphs": _graphs(),
         "recompiles": recompiles.recompiles,
         "recompile_notes": recompiles.notes,
+        "recompile_proof": proof,
         "sources": _sources(spec["entry"]),
         "wrote": writes.result(),
         "seconds": time.perf_counter() - started,
@@ -188,6 +192,34 @@ def main(spec_path: str) -> int:
         json.dump(result, f)
     os.replace(tmp, spec["result"])
     return 0
+
+
+def _prove_no_recompiles(again) -> str:
+    """Run the main block again under ``set_stance("fail_on_recompile")``: the first pass
+    was the warm-up. "" when nothing compiled again, else why (Dynamo's message: the frame
+    and the failed guards)."""
+    import torch
+
+    from gbfix.child.entry_runner import EntryFailed
+    from gbfix.child.recompiles import guard_text
+
+    if not hasattr(torch.compiler, "set_stance"):
+        return "this torch has no torch.compiler.set_stance"
+    try:
+        with torch.compiler.set_stance("fail_on_recompile"):
+            again()
+    except EntryFailed as e:
+        return str(e)
+    except BaseException as e:  # noqa: BLE001 - the user's program may raise anything
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        if not lines or "fail_on_recompile" not in lines[0]:
+            return f"the program failed when run again: {_one_line(e)}"
+        # "Detected recompile ... function name: 'f', line number: 6", then "- 0/0: <guard>   # <source line>"
+        guards = [guard_text(ln[2:]) for ln in lines[1:] if ln.startswith("- ") and ": " in ln and "stack" not in ln]
+        return lines[0] + (f"; failed guard: `{guards[0]}`" if guards else "")
+    finally:
+        sys.stdout.flush()
+    return ""
 
 
 def leave(rc: int) -> NoReturn:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import runpy
 import sys
@@ -15,12 +16,16 @@ class EntryFailed(Exception):
     """The entry raised or exited non-zero; the message is one line."""
 
 
+_SCRIPT: list[tuple[str, bytes]] = []  # (path, source) of the script run, for ``run_main_again``
+
+
 def _run_script(path: str, args: list[str], overlay: OverlayFinder) -> None:
     path = os.path.abspath(path)
     source = overlay.source_of(path)
     if source is None:
         with open(path, "rb") as f:
             source = f.read()
+    _SCRIPT[:] = [(path, source)]
     code = compile(source, path, "exec", dont_inherit=True)
     main = types.ModuleType("__main__")
     main.__file__ = path
@@ -87,3 +92,27 @@ def run(entry: dict[str, Any], overlay: OverlayFinder) -> None:
     except SystemExit as e:
         if e.code not in (None, 0):
             raise EntryFailed(f"the entry called sys.exit({e.code!r})") from None
+
+
+def run_main_again() -> None:
+    """Run the script's ``if __name__ == "__main__":`` block again, in the module it ran in:
+    its classes and functions are the same objects, so their compiled code is warm (running
+    the whole script again would define new classes, which compile anew)."""
+    if not _SCRIPT:
+        raise EntryFailed("the entry is not a script: there is no main block to run again")
+    path, source = _SCRIPT[0]
+    tree = ast.parse(source, path)
+    block = next((s for s in tree.body if isinstance(s, ast.If) and _is_main_test(s.test)), None)
+    if block is None:
+        raise EntryFailed('the entry script has no `if __name__ == "__main__":` block to run again')
+    code = compile(ast.Module(body=block.body, type_ignores=[]), path, "exec", dont_inherit=True)
+    exec(code, sys.modules["__main__"].__dict__)
+
+
+def _is_main_test(test: ast.expr) -> bool:
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name) and test.left.id == "__name__"
+        and len(test.comparators) == 1
+        and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == "__main__"
+    )

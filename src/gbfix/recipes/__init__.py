@@ -38,6 +38,9 @@ _MODULES = (
     "library_class",  # a break inside a library class: the other recipes, on a subclass in the user's code
     "wrap",  # opaque ops around a helper: after every recipe that keeps the code traced
     "config_route",  # global config: the fallback after every source rewrite
+    "rc_counter",  # recompile sites (RC codes): a counter on a module
+    "rc_numbers",  # a float argument
+    "rc_sizes",  # sizes that automatic dynamic shapes does not settle
 )
 
 

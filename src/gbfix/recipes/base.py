@@ -16,7 +16,7 @@ from typing import ClassVar, TypeVar, overload
 import libcst as cst
 
 from gbfix.locate import ParsedFile
-from gbfix.records import Edit, ObservedCall, Safety, Site
+from gbfix.records import Edit, ObservedCall, Recompile, Safety, Site
 
 Replacement = cst.CSTNode | cst.FlattenSentinel | cst.RemovalSentinel
 Node = TypeVar("Node", bound=cst.CSTNode)
@@ -35,6 +35,8 @@ class SiteContext:
     observed: Mapping[tuple[Path, int], tuple[ObservedCall, ...]] = field(default_factory=dict)
     # The program's entry script, when it is a target: where a process-wide setting goes.
     entry: ParsedFile | None = None
+    # For a recompile site (an RC code): the latest recompile, its failed guard first.
+    recompile: Recompile | None = None
 
     @property
     def module(self) -> cst.Module:
