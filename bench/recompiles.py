@@ -30,8 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from gbfix import engine, recipes, recompiles
-from gbfix.entry import parse as parse_entry
+from gbfix import engine, recipes, recompiles  # noqa: E402 - from this checkout's src, put on the path above
+from gbfix.entry import parse as parse_entry  # noqa: E402
 
 FOLDERS = (ROOT / "tests" / "fixtures" / "recompiles", ROOT / "tests" / "fixtures" / "rcfix")
 

@@ -609,7 +609,8 @@ class _Session:
         """Verify one edit for a recompile site; the run that proves it, or None (rejected)."""
         key = recompiles.site_of(rc)
         result, failure, placed = self.trial([edit], locator)
-        status, why = "applied", ""
+        status: Status = "applied"
+        why = ""
         applied = [o.edit for o in self.outcomes if o.status == "applied"]
         if result is None:
             status, why = "rejected:output-mismatch", failure or ""

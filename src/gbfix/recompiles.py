@@ -188,6 +188,7 @@ def site(finding: Finding) -> Site:
     rc = finding.recompiles[-1]
     text = rc.guards[0].text if rc.guards else ""
     brk = Break((Cause(finding.code, "recompile", f"guard `{text}` failed"),), ())
+    assert finding.path is not None, "a recompile site is in the targets"
     col = None if finding.col is None else finding.col - 1
     return Site(finding.path, finding.line, col, None, brk)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import cast
 
 import libcst as cst
 import libcst.matchers as m
@@ -56,7 +57,7 @@ def call(ctx: SiteContext) -> tuple[ParsedFile, cst.Call]:
         col = char_column(lines[frame.line - 1], frame.col) if frame.line <= len(lines) else frame.col
         starting = [c for c in m.findall(parsed.module, m.Call()) if parsed.span(c)[0] == (frame.line, col)]
         if starting:  # `model(x).sum()` starts there too: the innermost is the frame's call
-            return parsed, min(starting, key=lambda c: parsed.span(c)[1])
+            return parsed, cast(cst.Call, min(starting, key=lambda c: parsed.span(c)[1]))
         break
     raise Decline("the call of the compiled function is not in the site's file nor the entry script")
 
