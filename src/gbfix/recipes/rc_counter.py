@@ -33,6 +33,7 @@ def _attribute(ctx: SiteContext) -> str:
 class CounterBuffer(Recipe):
     name = "counter-as-buffer"
     codes = ("RC001",)
+    safety = "unsafe"  # code outside the class may read the counter and get a tensor for an int
     summary = "keep the counter in a tensor buffer, stepped in place: no guard on its value"
     rule = "RC001"
 

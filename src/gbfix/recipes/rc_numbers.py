@@ -5,8 +5,9 @@ as a 0-d tensor it is an input of the graph like any other:
 
     w = sgd_step(w, grad, torch.tensor(lr, dtype=torch.float64))
 
-float64 keeps the value exact, as the Python float was; a 0-d tensor does not change the
-dtype of the tensors it meets (type promotion treats it as a scalar). A use that needs a
+float64 keeps the value exact, as the Python float was, and a float tensor it meets keeps
+its dtype; an integer tensor does not (`torch.arange(3) * lr` is float32, times the tensor
+float64), so the recipe is unsafe: a path the program does not run may differ. A use that needs a
 Python float (``math.exp(lr)``, ``if lr > 0``) breaks or fails: the verifier rejects it.
 """
 
@@ -23,6 +24,7 @@ from gbfix.recipes.config_route import _binds_torch
 class TensorArgument(Recipe):
     name = "float-argument-as-tensor"
     codes = ("RC002",)
+    safety = "unsafe"  # an integer tensor times a float64 0-d tensor is float64, times the float float32
     summary = "pass the changing float argument as a 0-d float64 tensor: no guard on its value"
     rule = "RC002"
 
