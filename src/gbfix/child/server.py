@@ -111,7 +111,8 @@ def serve() -> int:
     pending = b""
     while True:
         if running and warm_up is None:
-            warm_up = threading.Thread(target=_warm_up, name="gbfix-warm-up")
+            # daemon: a parent gone mid warm-up must not keep the worker alive until it ends
+            warm_up = threading.Thread(target=_warm_up, name="gbfix-warm-up", daemon=True)
             warm_up.start()
         # Several runs may go at once: poll for ended children while waiting for requests.
         ready, _, _ = select.select([0], [], [], 0.02 if running else None)
