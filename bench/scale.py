@@ -128,7 +128,7 @@ def measure(files: int, touched: int, breaking: int) -> dict[str, float]:
     return {
         "files": files,
         "touched": touched,
-        "breaks": sum(f.status != "recompile" for f in result.findings),
+        "breaks": sum(not f.code.startswith("RC") for f in result.findings),
         "fixed": sum(f.status == "fixed" for f in result.findings),
         "total_s": total,
         "child_s": child[0],
