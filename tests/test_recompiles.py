@@ -170,7 +170,7 @@ def test_every_rc_code_has_a_page_and_explain_shows_it():
         assert explain.explain(code.lower()).title == title
     text = explain.render(explain.explain("RC100"))
     assert "No gbfix recipe answers RC100: gbfix reports it; the page says what to do by hand." in text
-    assert "counter-as-buffer (safe)" in explain.render(explain.explain("RC001"))
+    assert "counter-as-buffer (unsafe)" in explain.render(explain.explain("RC001"))
     with pytest.raises(GbfixError, match="unknown recompile code RC010"):
         explain.explain("RC010")
 
