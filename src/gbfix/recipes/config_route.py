@@ -65,14 +65,14 @@ class _ConfigRoute(Recipe):
 
     def rewrite(self, node: cst.CSTNode) -> cst.FlattenSentinel:
         module = (self.into or self.ctx.file).module
-        if not _binds_torch(module):
+        if not binds_torch(module):
             self.need_import("torch")
         setting = cst.parse_statement(f"torch._dynamo.config.{self.option} = True\n")
         why = cst.EmptyLine(comment=cst.Comment(f"# gbfix: {self.why}; set at import: Dynamo reads it when it traces"))
         return cst.FlattenSentinel([node, setting.with_changes(leading_lines=[cst.EmptyLine(), why])])
 
 
-def _binds_torch(module: cst.Module) -> bool:
+def binds_torch(module: cst.Module) -> bool:
     """A top-level ``import torch`` or ``import torch.x`` binds the name ``torch``."""
     for stmt in module.body:
         if isinstance(stmt, cst.SimpleStatementLine):

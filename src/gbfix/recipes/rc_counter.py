@@ -19,7 +19,7 @@ import libcst.matchers as m
 
 from gbfix.rccodes import cause
 from gbfix.recipes.base import Decline, Recipe, SiteContext
-from gbfix.recipes.config_route import _binds_torch, _ConfigRoute
+from gbfix.recipes.config_route import _ConfigRoute, binds_torch
 
 
 def _attribute(ctx: SiteContext) -> str:
@@ -58,7 +58,7 @@ class CounterBuffer(Recipe):
         return stmt
 
     def rewrite(self, node: cst.CSTNode) -> cst.CSTNode:
-        if not _binds_torch(self.ctx.module):
+        if not binds_torch(self.ctx.module):
             self.need_import("torch")
         call = f'self.register_buffer("{self.attr}", torch.tensor({self.start}), persistent=False)\n'
         return cst.parse_statement(call).with_changes(leading_lines=node.leading_lines)

@@ -18,7 +18,7 @@ import libcst as cst
 from gbfix.rccodes import cause
 from gbfix.recipes import compiled_call
 from gbfix.recipes.base import Decline, Recipe, SiteContext
-from gbfix.recipes.config_route import _binds_torch
+from gbfix.recipes.config_route import binds_torch
 
 
 class TensorArgument(Recipe):
@@ -41,7 +41,7 @@ class TensorArgument(Recipe):
         return arg.value
 
     def rewrite(self, node: cst.CSTNode) -> cst.CSTNode:
-        if not _binds_torch((self.into or self.ctx.file).module):
+        if not binds_torch((self.into or self.ctx.file).module):
             self.need_import("torch")
         dtype = cst.Arg(cst.parse_expression("torch.float64"), keyword=cst.Name("dtype"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
         return cst.Call(cst.parse_expression("torch.tensor"), [cst.Arg(node), dtype])

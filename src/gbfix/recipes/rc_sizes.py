@@ -21,7 +21,7 @@ import libcst as cst
 from gbfix.rccodes import cause
 from gbfix.recipes import compiled_call
 from gbfix.recipes.base import Decline, Recipe, SiteContext
-from gbfix.recipes.config_route import _binds_torch
+from gbfix.recipes.config_route import binds_torch
 
 _SIZE = re.compile(r"^(?P<name>\w+)\.size\(\)\[(?P<dim>\d+)\]$")
 
@@ -55,7 +55,7 @@ class MarkDynamic(Recipe):
         return stmt
 
     def rewrite(self, node: cst.CSTNode) -> cst.FlattenSentinel:
-        if not _binds_torch((self.into or self.ctx.file).module):
+        if not binds_torch((self.into or self.ctx.file).module):
             self.need_import("torch")
         mark = cst.parse_statement(f"torch._dynamo.mark_dynamic({self.target}, {self.dim})\n")
         return cst.FlattenSentinel(
