@@ -35,6 +35,7 @@ _MODULES = (
     "grad_mode",
     "sorting",
     "comprehension_loop",  # a comprehension Dynamo compiles as its own frame (3.11): the same loop as a for statement
+    "library_logger",  # a library's logger from the user's side: its module global bound to a leaf-logging stand-in
     "library_class",  # a break inside a library class: the other recipes, on a subclass in the user's code
     "wrap",  # opaque ops around a helper: after every recipe that keeps the code traced
     "config_route",  # global config: the fallback after every source rewrite

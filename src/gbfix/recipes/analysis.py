@@ -17,13 +17,14 @@ from __future__ import annotations
 import builtins
 import functools
 from collections.abc import Iterator
+from pathlib import Path
 from typing import cast
 
 import libcst as cst
 from libcst.metadata import BuiltinAssignment, FunctionScope
 
 from gbfix import generated
-from gbfix.recipes.base import SiteContext
+from gbfix.recipes.base import Decline, SiteContext
 from gbfix.recipes.tree import param_names, walk
 from gbfix.recipes.vocabulary import ALIASING
 
@@ -374,3 +375,15 @@ def taken(ctx: SiteContext, helper: str) -> bool:
     """The module binds ``helper`` to something else than a function or an import
     from the package's generated module (gbfix's)."""
     return any(not isinstance(n, cst.FunctionDef) and not generated.is_import(n) for n in global_bindings(ctx, helper))
+
+
+def module_name(path: Path) -> str:
+    """The dotted name a file is imported under: its package folders (with ``__init__.py``) and stem."""
+    parts = [] if path.name == "__init__.py" else [path.stem]
+    folder = path.parent
+    while (folder / "__init__.py").is_file():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    if not parts or not all(p.isidentifier() for p in parts):
+        raise Decline("not an importable module")
+    return ".".join(parts)

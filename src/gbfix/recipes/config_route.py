@@ -37,31 +37,12 @@ class _ConfigRoute(Recipe):
     process_wide = True
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
-        home = self.home(ctx)
+        home = program_start(ctx, "a torch._dynamo.config setting")
         # Set there already (to either value): the user decided, or it did not help.
         if f"config.{self.option}" in home.module.code:
             return None
         self.into = None if home is ctx.file else home
-        at = after_imports(home.module)
-        last = home.module.body[at - 1] if at else None
-        if not (isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[0], (cst.Import, cst.ImportFrom))):
-            return None
-        return last
-
-    @staticmethod
-    def home(ctx: SiteContext) -> ParsedFile:
-        """Where the program starts: the entry script when it is a target, else the site's
-        file if it is a script; a module others import is declined, since importing it
-        would change every compiled function of the program."""
-        if ctx.entry is not None:
-            return ctx.entry
-        if generated.is_script(ctx.module):
-            return ctx.file
-        raise Decline(
-            "a torch._dynamo.config setting is process-wide: it belongs where the program starts "
-            "(the entry script, before the first compiled call), not in a module others import; "
-            "give gbfix the entry script as a target too"
-        )
+        return last_import(home)
 
     def rewrite(self, node: cst.CSTNode) -> cst.FlattenSentinel:
         module = (self.into or self.ctx.file).module
@@ -70,6 +51,31 @@ class _ConfigRoute(Recipe):
         setting = cst.parse_statement(f"torch._dynamo.config.{self.option} = True\n")
         why = cst.EmptyLine(comment=cst.Comment(f"# gbfix: {self.why}; set at import: Dynamo reads it when it traces"))
         return cst.FlattenSentinel([node, setting.with_changes(leading_lines=[cst.EmptyLine(), why])])
+
+
+def program_start(ctx: SiteContext, what: str) -> ParsedFile:
+    """Where the program starts: the entry script when it is a target, else the site's
+    file if it is a script; a module others import is declined, since importing it
+    would change every compiled function of the program (``what``: the change, for the reason)."""
+    if ctx.entry is not None:
+        return ctx.entry
+    if generated.is_script(ctx.module):
+        return ctx.file
+    raise Decline(
+        f"{what} is process-wide: it belongs where the program starts "
+        "(the entry script, before the first compiled call), not in a module others import; "
+        "give gbfix the entry script as a target too"
+    )
+
+
+def last_import(home: ParsedFile) -> cst.SimpleStatementLine | None:
+    """The file's last top-level import line, which a process-wide change follows; None
+    when the imports do not end the file's head (a docstring only, an import in a block)."""
+    at = after_imports(home.module)
+    last = home.module.body[at - 1] if at else None
+    if isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[0], (cst.Import, cst.ImportFrom)):
+        return last
+    return None
 
 
 def binds_torch(module: cst.Module) -> bool:

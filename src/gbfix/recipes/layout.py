@@ -77,15 +77,21 @@ def _defines(stmt: cst.BaseStatement) -> list[str]:
 
 def _is_helper(stmt: cst.BaseStatement) -> bool:
     """A statement of a helper gbfix added: it defines ``_gbfix_*`` names, or is a
-    registration call on them."""
+    registration call on them (``_gbfix_lib.define(...)``; not a call of a public
+    helper, ``gbfix_leaf_logger(...)``, which uses the helpers and goes after them)."""
     names = _defines(stmt)
     if names:
         return all(n.startswith(HELPER_PREFIXES) for n in names)
-    return (
-        isinstance(stmt, cst.SimpleStatementLine)
-        and all(isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) for small in stmt.body)
-        and "gbfix_" in cst.Module(body=[stmt]).code
+    return isinstance(stmt, cst.SimpleStatementLine) and all(
+        isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and _root_name(small.value.func).startswith("_gbfix_")
+        for small in stmt.body
     )
+
+
+def _root_name(node: cst.BaseExpression) -> str:
+    while isinstance(node, (cst.Attribute, cst.Call)):
+        node = node.value if isinstance(node, cst.Attribute) else node.func
+    return node.value if isinstance(node, cst.Name) else ""
 
 
 def _statements(code: str) -> list[cst.BaseStatement]:

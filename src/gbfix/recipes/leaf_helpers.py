@@ -18,6 +18,13 @@ from __future__ import annotations
 
 from gbfix.generated import piece
 
+# Logger methods that emit a record and return None. `warning_once` / `info_once`
+# are the lru_cached methods transformers adds to Logger; `exception` is left
+# out: it logs the exception being handled, which differs inside the helper.
+LOGGER_METHODS = frozenset(
+    {"debug", "info", "warning", "warn", "error", "critical", "fatal", "log", "warning_once", "info_once"}
+)
+
 # The lambda is the warning module's own code: its globals give the module's name,
 # filters and once-per-location registry, and its line is where a warning with
 # stacklevel 1 shows, as warnings.warn(message, category) written in that module.
@@ -58,6 +65,38 @@ def gbfix_log_leaf(logger):
 
     return gbfix_log_leaf_call
 ''')
+
+# A library's logger, seen from the user's side (library-logger): the library
+# module's logger global is bound to this stand-in, so the library's own calls
+# reach the leaf function without a byte of the library changing.
+LEAF_LOGGER = piece("gbfix_leaf_logger", f'''\
+def gbfix_leaf_logger(module, name="logger"):
+    # Binds the global `name` of `module` (a logger) to a stand-in whose logging
+    # methods, called with positional arguments, run as a leaf function (kept in
+    # compiled graphs, run at run time); everything else is the logger's own.
+    module = importlib.import_module(module)
+    logger = getattr(module, name)
+    log = gbfix_log_leaf(lambda: logger)
+
+    def method(name):
+        def call(self, *args, **kwargs):
+            if kwargs:
+                return getattr(logger, name)(*args, **kwargs)
+            log(name, *args)
+
+        return call
+
+    class GbfixLeafLogger:
+        def __getattr__(self, name):
+            return getattr(logger, name)
+
+        def __setattr__(self, name, value):
+            setattr(logger, name, value)
+
+    for method_name in ({", ".join(f'"{m}"' for m in sorted(LOGGER_METHODS))}):
+        setattr(GbfixLeafLogger, method_name, method(method_name))
+    setattr(module, name, GbfixLeafLogger())
+''', imports=(("importlib", None), ("torch", None)), needs=(LOG_LEAF.name,))
 
 
 def binding(factory: str, kind: str, name: str) -> tuple[str, str]:

@@ -131,7 +131,7 @@ from libcst.metadata import FunctionScope, QualifiedNameSource
 from gbfix import edits, recipes
 from gbfix.errors import GbfixError
 from gbfix.locate import Locator, ParsedFile, torch_or_stdlib
-from gbfix.recipes.analysis import call_at, global_bindings, qualified_names
+from gbfix.recipes.analysis import call_at, global_bindings, module_name, qualified_names
 from gbfix.recipes.base import Decline, Recipe, Replacement, SiteContext
 from gbfix.recipes.layout import add_helpers, blank_lines_before
 from gbfix.recipes.tree import nodes, variables
@@ -283,18 +283,6 @@ def _library(frame: Frame) -> tuple[Path, ParsedFile]:
         return Path(path), _parse_library(path, stamp)
     except (OSError, SyntaxError, ValueError, GbfixError, cst.ParserSyntaxError) as e:
         raise Decline(f"cannot read {path}") from e
-
-
-def _module_name(path: Path) -> str:
-    """The dotted name a file is imported under: its package folders (with ``__init__.py``) and stem."""
-    parts = [] if path.name == "__init__.py" else [path.stem]
-    folder = path.parent
-    while (folder / "__init__.py").is_file():
-        parts.insert(0, folder.name)
-        folder = folder.parent
-    if not parts or not all(p.isidentifier() for p in parts):
-        raise Decline("not an importable module")
-    return ".".join(parts)
 
 
 def _method_at(lib: ParsedFile, frame: Frame) -> tuple[cst.ClassDef, cst.FunctionDef]:
@@ -552,7 +540,7 @@ def _fix(ctx: SiteContext, safety: Safety) -> cst.Module:
     frame = ctx.site.brk.stack[lib_at]
     path, lib = _library(frame)
     owner, method = _method_at(lib, frame)
-    libmod = _module_name(path)
+    libmod = module_name(path)
     _check_method(lib, method, libmod)
     call, cls_name = _construction(ctx, libmod, _subclass_chain(lib, owner, method.name.value))
     at = _top_level(ctx, call)
@@ -706,7 +694,7 @@ def _patch(ctx: SiteContext, safety: Safety) -> cst.Module:
     if user_at is None:
         raise Decline("the site's frame is not in the stack")
     lib_at, path, lib, owner, method = _innermost_method(stack, user_at)
-    libmod = _module_name(path)
+    libmod = module_name(path)
     _check_method(lib, method, libmod)
     name = owner.name.value
     binds = {libmod: (lib, name), **_importers(stack[user_at + 1 : lib_at], libmod, name)}
@@ -760,7 +748,7 @@ def _importers(frames: tuple[Frame, ...], libmod: str, name: str) -> dict[str, t
             continue
         try:
             path, parsed = _library(frame)
-            mod = _module_name(path)
+            mod = module_name(path)
         except Decline:
             continue
         if mod == libmod or mod in found:

@@ -77,12 +77,7 @@ from gbfix.recipes.print_call import format_fields, has_fstring, str_literal
 from gbfix.recipes.tree import nodes
 from gbfix.records import ValueSpec
 
-# Logger methods that emit a record and return None. `warning_once` / `info_once`
-# are the lru_cached methods transformers adds to Logger; `exception` is left
-# out: it logs the exception being handled, which differs inside the helper.
-_METHODS = frozenset(
-    {"debug", "info", "warning", "warn", "error", "critical", "fatal", "log", "warning_once", "info_once"}
-)
+
 class HelperRecipe(Recipe):
     """Base for rewrites that route one call through a helper.
 
@@ -161,7 +156,7 @@ class LoggerRecipe(HelperRecipe):
     codes: ClassVar[tuple[str, ...]] = ("GB0291",)
     safety = "safe"
     rule = "GB0291"
-    methods: ClassVar[frozenset[str]] = _METHODS
+    methods: ClassVar[frozenset[str]] = leaf_helpers.LOGGER_METHODS
 
     def match(self, ctx: SiteContext) -> cst.Call | None:
         call = call_at(ctx)
