@@ -79,3 +79,30 @@ def test_a_new_code_inside_the_edits_helper_is_a_new_break():
 
 def test_the_helper_reached_from_another_call_is_not_this_edits_doing():
     assert site_verdict(helper_edit(), [in_helper("GB0193", 40)], 8, set()) is None
+
+
+# The user's side: breaks inside a library, all behind the user's line 20 (one call).
+LIB = "/site/lib/dense.py"
+
+
+def lib_brk(code: str, lib_line: int) -> Break:
+    frames = (Frame(str(PATH), 20, 8, 13, "f"), Frame(LIB, lib_line, 4, 9, "to_dense"))
+    return Break((Cause(code, code, ""),), frames)
+
+
+def lib_trial(code: str, lib_line: int) -> TrialBreak:
+    b = lib_brk(code, lib_line)
+    return TrialBreak(code, PATH, Mapped(20, 20, False), 8, b, "f", (), (LIB, lib_line))
+
+
+# A config route for the site behind library line 64; line 68 broke before too (GB0124).
+USER_CONFIG = Edit(1, Site(PATH, 20, 8, 13, lib_brk("GB0124", 64)), "capture-scalar-outputs", "safe", "", (3, 0), (3, 12), None, None)
+
+
+def test_another_library_line_that_broke_before_is_no_new_break():
+    assert site_verdict(USER_CONFIG, [lib_trial("GB0170", 68)], 8, set(), frozenset({(LIB, 64), (LIB, 68)})) is None
+
+
+def test_a_library_line_that_never_broke_is_a_new_break():
+    status, detail = site_verdict(USER_CONFIG, [lib_trial("GB0170", 70)], 8, set(), frozenset({(LIB, 64), (LIB, 68)}))
+    assert status == "rejected:new-break" and "line 20 now breaks with GB0170" in detail

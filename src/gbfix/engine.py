@@ -32,7 +32,7 @@ from gbfix.errors import EntryError
 from gbfix.launch import Warm
 from gbfix.ledger import Finding, SiteLedger, Snapshot, message
 from gbfix.linemap import LineMap
-from gbfix.locate import Locator, owned_frame
+from gbfix.locate import Locator, library_leaf, owned_frame
 from gbfix.records import Edit, ObservedCall, Outcome, RunResult, Site, Status
 from gbfix.sources import SourceFile
 from gbfix.suppress import Filter
@@ -305,7 +305,8 @@ class _Session:
                 self.reject(group[0], "rejected:output-mismatch", failure or "", rnd)
                 return None
             return self._halves(group, accepted, rnd)
-        bad = {e.id: v for e in group if (v := site_verdict(e, placed, rnd.byte_col(e.site), rnd.codes_in(e)))}
+        leaves = rnd.leaves()
+        bad = {e.id: v for e in group if (v := site_verdict(e, placed, rnd.byte_col(e.site), rnd.codes_in(e), leaves))}
         for e in group:
             if e.id not in bad and _is_global(e) and (v := rnd.elsewhere(placed, accepted + group)):
                 bad[e.id] = v
@@ -761,6 +762,10 @@ class _Round:
             for s in self.sites.values()
             if s.path == edit.path and (l1 <= s.line <= l2 or s.line == edit.site.line) and s is not edit.site
         }
+
+    def leaves(self) -> frozenset[tuple[str, int]]:
+        """The library lines this round's sites broke at, behind a line of the targets."""
+        return frozenset(leaf for s in self.sites.values() if (leaf := library_leaf(s.brk, s.path)) is not None)
 
     def elsewhere(self, placed: list[TrialBreak], edits: list[Edit]) -> tuple[Status, str] | None:
         """A break of the trial on a line where none of this round's sites broke and

@@ -66,12 +66,19 @@ def _same_file(file: str, path: Path) -> bool:
 
 
 def site_verdict(
-    edit: Edit, trial: list[TrialBreak], byte_col: int | None, codes_before: set[str]
+    edit: Edit,
+    trial: list[TrialBreak],
+    byte_col: int | None,
+    codes_before: set[str],
+    leaves_before: frozenset[tuple[str, int]] = frozenset(),
 ) -> tuple[Status, str] | None:
     """Why the edit failed at its own site, or None if its break is gone.
 
     ``byte_col`` is the site's column as Dynamo reports it; ``codes_before``
-    the codes that broke inside the edit's span or on the site's line before the edit.
+    the codes that broke inside the edit's span or on the site's line before the edit;
+    ``leaves_before`` the library lines (``library_leaf``) that broke before behind a
+    line of the targets: a break on the site's line that comes from another such
+    library line broke there already, in another form, and is none of the edit's doing.
     """
     site = edit.site
     first, last = edit.start[0], edit.end[0]
@@ -92,6 +99,8 @@ def site_verdict(
             # An edit elsewhere (a config route) that trades the site's break for
             # another one on the same line gains nothing.
             if tb.at.line == site.line and tb.code != site.code and tb.code not in codes_before:
+                if tb.leaf is not None and tb.leaf != library_leaf(site.brk, site.path) and tb.leaf in leaves_before:
+                    continue
                 return "rejected:new-break", f"line {site.line} now breaks with {describe(tb)}"
             continue
         if tb.at.line <= last and tb.at.last >= first:
