@@ -18,7 +18,6 @@ from gbfix import engine, explain, formats, html_report, rccodes, report
 from gbfix.entry import parse as parse_entry
 from gbfix.errors import GbfixError
 from gbfix.records import Guard
-from gbfix.rules import parse
 from gbfix.suppress import Filter
 from tests.conftest import run_gbfix
 from tests.helpers import fixture_copy
@@ -182,32 +181,6 @@ def test_every_rc_code_has_a_page_and_explain_shows_it():
     assert "counter-as-buffer (unsafe)" in explain.render(explain.explain("RC001"))
     with pytest.raises(GbfixError, match="unknown recompile code RC010"):
         explain.explain("RC010")
-
-
-@pytest.fixture(scope="module")
-def page_examples(tmp_path_factory):
-    """Every RC page's `Not fixed` program, all run by one entry (a real torch run)."""
-    root = tmp_path_factory.mktemp("rcpages").resolve()
-    examples = []
-    for page in sorted(RULES.glob("RC*.md")):
-        for i, ex in enumerate(parse(page)):
-            name = f"{page.stem.lower()}_{i}.py"
-            (root / name).write_text(ex.before, encoding="utf-8")
-            examples.append((page.stem, name))
-    names = [name for _, name in examples]
-    # absolute paths: the code objects' file names, as a script run by `python` has them
-    runner = f"import os\nimport runpy\n\nfor f in {names!r}:\n    runpy.run_path(os.path.abspath(f), run_name='__main__')\n"
-    (root / "run_pages.py").write_text(runner)
-    result = engine.fix([root], parse_entry("python run_pages.py", root), DETECT_ONLY)
-    return root, examples, result
-
-
-def test_rc_page_examples_recompile_with_their_code(page_examples):
-    root, examples, result = page_examples
-    assert len(examples) >= 7 and not result.fixed
-    for code, name in examples:
-        codes = {f.code for f in result.findings if f.path == root / name}
-        assert code in codes, (name, codes)
 
 
 COUNTER_TEST = '''\

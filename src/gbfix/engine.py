@@ -275,7 +275,9 @@ class _Session:
         out = []
         gen = self._generation(site.path)
         for recipe in recipes.candidates(site.code, unsafe=self.opts.unsafe_fixes):
-            if not self.ledger.may_try(site, recipe.name, gen):
+            # A recompile site is answered once (``recompile_round``); the ledger keys sites by
+            # place, and two of one frame may share one (a size guarded on two dimensions).
+            if recompile is None and not self.ledger.may_try(site, recipe.name, gen):
                 continue
             proposer = recipe()
             rw = proposer.propose(ctx)
