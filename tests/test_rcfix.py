@@ -166,10 +166,16 @@ def sgd_step(w: torch.Tensor, grad: torch.Tensor, lr: float) -> torch.Tensor:
     return w - lr * grad
 
 
+@torch.compile(backend="eager")
+def ramp(lr: float) -> torch.Tensor:
+    return torch.arange(3) * lr  # float32; times a float64 tensor it would be float64
+
+
 if __name__ == "__main__":
     w = torch.ones(4)
     for step in range(4):
         w = sgd_step(w, 2 * w, 0.05 * (1 + math.cos(math.pi * step / 4)))
+        print(ramp(0.1 * (step + 1)).tolist())
     print(w.tolist())
 '''
 
@@ -198,8 +204,16 @@ def _proof(tmp_path: Path, source: str) -> engine.Result:
 
 def test_zero_recompiles_is_proven_after_the_fix(tmp_path):
     result = _proof(tmp_path, SCHEDULE)
-    assert "torch.tensor(0.05 * (1 + math.cos(math.pi * step / 4)), dtype=torch.float64)" in result.fixed[(tmp_path / "prog.py").resolve()].decode()
-    assert result.recompiles_proven is True
+    text = result.fixed[(tmp_path / "prog.py").resolve()].decode()
+    assert "torch.tensor(0.05 * (1 + math.cos(math.pi * step / 4)), dtype=torch.float64)" in text
+    assert "ramp(0.1 * (step + 1))" in text  # as a float64 tensor it prints other numbers: rejected
+    rejected = next(o for o in result.outcomes if o.status != "applied")
+    assert rejected.status == "rejected:output-mismatch" and rejected.edit.recipe == "float-argument-as-tensor"
+    ramp = next(f for f in result.findings if f.status == recompiles.STATUS)
+    title, hand = CODES["RC002"]
+    assert ramp.recompiles[-1].function == "ramp"  # the site left says what was tried, as a break left does
+    assert ramp.detail == f"{title}; {rejected.status}: {rejected.detail}; by hand: {hand}"
+    assert result.recompiles_proven is True  # ramp recompiles once: automatic dynamic shapes
     assert any('proven by running the main block again under torch.compiler.set_stance("fail_on_recompile")' in n for n in result.notes)
 
 
