@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -102,3 +103,11 @@ def processes_in(folder: Path) -> list[int]:
         except OSError:
             pass
     return out
+
+
+def fixture_copy(tmp_path_factory, name: str) -> Path:
+    """A copy of the folder tests/fixtures/``name`` for one test module (gbfix runs the
+    programs there; the fixture stays clean), resolved: the paths findings carry."""
+    root = tmp_path_factory.mktemp(name)
+    shutil.copytree(Path(__file__).parent / "fixtures" / name, root, dirs_exist_ok=True)
+    return root.resolve()

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gbfix import engine
-from gbfix.config import Config, find_config, resolve
+from gbfix.config import Config, Setting, find_config, resolve
 from gbfix.errors import GbfixError
 from tests.conftest import FIXTURES, run_gbfix
 
@@ -32,6 +32,7 @@ select = ["gb01", "GB0059"]
 ignore = ["GB0170"]
 unsafe-fixes = true
 fullgraph = true
+zero-recompiles = true
 backend = "inductor"
 timeout = 60
 """
@@ -48,13 +49,13 @@ def test_every_key(tmp_path):
     config = find_config(project(tmp_path, FULL))
     assert config == Config(
         root=tmp_path.resolve(), entry="python train.py --steps 3", timeout=60.0, unsafe_fixes=True, fullgraph=True,
-        backend="inductor", targets=("src", "train.py"), select=("GB01", "GB0059"), ignore=("GB0170",),
+        zero_recompiles=True, backend="inductor", targets=("src", "train.py"), select=("GB01", "GB0059"), ignore=("GB0170",),
     )
     assert find_config(project(tmp_path / "empty", "[tool.other]\nx = 1\n")) is None
 
 
 @pytest.mark.parametrize("line, message", [
-    ("bogus = 1", "unknown key(s) in [tool.gbfix]: bogus (known: entry, targets, select, ignore, unsafe-fixes, fullgraph, backend, timeout)"),
+    ("bogus = 1", "unknown key(s) in [tool.gbfix]: bogus (known: entry, targets, select, ignore, unsafe-fixes, fullgraph, zero-recompiles, backend, timeout)"),
     ('timeout = "10"', "[tool.gbfix] timeout: expected a positive number of seconds, got '10'"),
     ("timeout = 0", "[tool.gbfix] timeout: expected a positive number of seconds, got 0"),
     ('backend = "tvm"', "[tool.gbfix] backend: expected \"own\", \"eager\" or \"inductor\", got 'tvm'"),
@@ -62,6 +63,7 @@ def test_every_key(tmp_path):
     ('ignore = "GB0059"', "[tool.gbfix] ignore: expected a list of codes like [\"GB0059\", \"GB01\"], got 'GB0059'"),
     ('targets = "src"', "[tool.gbfix] targets: expected a non-empty list of paths like [\"src\"], got 'src'"),
     ("fullgraph = 1", "[tool.gbfix] fullgraph: expected true or false, got 1"),
+    ('zero-recompiles = "on"', "[tool.gbfix] zero-recompiles: expected true or false, got 'on'"),
     ('unsafe-fixes = "yes"', "[tool.gbfix] unsafe-fixes: expected true or false, got 'yes'"),
     ('entry = ""', "[tool.gbfix] entry: expected a command string like \"python train.py\", got ''"),
 ])
@@ -78,6 +80,11 @@ def test_bad_config_and_bad_flags_exit_2(tmp_path):
         proc = run_gbfix(*args, cwd=tmp_path)
         assert proc.returncode == 2 and proc.stdout == ""
         assert proc.stderr.splitlines() == [f"gbfix: error: {tmp_path.resolve() / 'pyproject.toml'}: [tool.gbfix] backend: expected \"own\", \"eager\" or \"inductor\", got 3"]
+    (tmp_path / "pyproject.toml").write_text('[tool.gbfix]\nzero-recompiles = "on"\n')
+    proc = run_gbfix("--entry", "python train.py", "src", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [
+        f"gbfix: error: {tmp_path.resolve() / 'pyproject.toml'}: [tool.gbfix] zero-recompiles: expected true or false, got 'on'"
+    ]
     (tmp_path / "pyproject.toml").write_text("")
     for args, needle in ((("--select", "GB5,X1"), "Invalid value for '--select': invalid code 'X1'"),
                          (("lint", "--ignore", "nope"), "Invalid value for '--ignore': invalid code 'nope'"),
@@ -89,8 +96,8 @@ def test_bad_config_and_bad_flags_exit_2(tmp_path):
 
 
 def test_flags_override_the_config_which_overrides_defaults(tmp_path):
-    project(tmp_path, '[tool.gbfix]\nignore = ["GB0059"]\nunsafe-fixes = true\ntimeout = 30\n')
-    s = resolve((), {"select": ("GB0170",), "unsafe-fixes": False, "timeout": None, "backend": None}, cwd=tmp_path)
+    project(tmp_path, '[tool.gbfix]\nignore = ["GB0059"]\nunsafe-fixes = true\ntimeout = 30\nzero-recompiles = true\n')
+    s = resolve((), {"select": ("GB0170",), "unsafe-fixes": False, "timeout": None, "backend": None, "zero-recompiles": False}, cwd=tmp_path)
     table = {k: (v.value, v.source, v.origin) for k, v in s.values.items()}
     assert table == {
         "entry": (None, "default", "default"),
@@ -99,9 +106,23 @@ def test_flags_override_the_config_which_overrides_defaults(tmp_path):
         "ignore": (("GB0059",), "pyproject", "pyproject.toml"),
         "unsafe-fixes": (False, "flag", "--no-unsafe-fixes"),
         "fullgraph": (False, "default", "default"),
+        "zero-recompiles": (False, "flag", "--no-zero-recompiles"),
         "backend": ("own", "default", "default"),
         "timeout": (30.0, "pyproject", "pyproject.toml"),
     }
+    assert resolve((), {}, cwd=tmp_path).values["zero-recompiles"] == Setting(True, "pyproject", "pyproject.toml")
+
+
+def test_zero_recompiles_from_the_config_reaches_the_fix(tmp_path):
+    """`zero-recompiles = true` alone (no flag) makes `gbfix` prove it: a run more, and the note."""
+    (tmp_path / "pyproject.toml").write_text("[tool.gbfix]\nzero-recompiles = true\n")
+    (tmp_path / "prog.py").write_text(
+        'import torch\n\n\n@torch.compile(backend="eager")\ndef f(x):\n    return x + 1\n\n\n'
+        'if __name__ == "__main__":\n    print(f(torch.ones(2)).tolist())\n'
+    )
+    proc = run_gbfix("-q", "prog.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "note: no recompile after warm-up: proven" in proc.stderr and "ran `prog.py` 2 time(s)" in proc.stderr
 
 
 def test_targets_are_relative_to_the_pyproject(tmp_path, monkeypatch):
@@ -128,18 +149,19 @@ def test_lint_uses_the_config_targets(tmp_path):
 
 def test_config_command(tmp_path):
     project(tmp_path, FULL)
-    proc = run_gbfix("config", "--ignore", "GB0059,GB0124", "--no-fullgraph", cwd=tmp_path)
+    proc = run_gbfix("config", "--ignore", "GB0059,GB0124", "--no-fullgraph", "--no-zero-recompiles", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
         "# [tool.gbfix] from pyproject.toml",
-        'entry        = "python train.py --steps 3" # pyproject.toml',
-        'targets      = ["src", "train.py"]      # pyproject.toml',
-        'select       = ["GB01", "GB0059"]       # pyproject.toml',
-        'ignore       = ["GB0059", "GB0124"]     # --ignore',
-        "unsafe-fixes = true                     # pyproject.toml",
-        "fullgraph    = false                    # --no-fullgraph",
-        'backend      = "inductor"               # pyproject.toml',
-        "timeout      = 60.0                     # pyproject.toml",
+        'entry           = "python train.py --steps 3" # pyproject.toml',
+        'targets         = ["src", "train.py"]      # pyproject.toml',
+        'select          = ["GB01", "GB0059"]       # pyproject.toml',
+        'ignore          = ["GB0059", "GB0124"]     # --ignore',
+        "unsafe-fixes    = true                     # pyproject.toml",
+        "fullgraph       = false                    # --no-fullgraph",
+        "zero-recompiles = false                    # --no-zero-recompiles",
+        'backend         = "inductor"               # pyproject.toml',
+        "timeout         = 60.0                     # pyproject.toml",
     ]
     proc = run_gbfix("config", "--output-format", "json", "train.py", cwd=tmp_path)
     data = json.loads(proc.stdout)
@@ -154,9 +176,10 @@ def test_config_command(tmp_path):
     assert data["config"] is None
     assert {k: (v["value"], v["source"]) for k, v in data["settings"].items()} == {
         "entry": (None, "default"), "targets": (["."], "default"), "select": (["ALL"], "default"), "ignore": ([], "default"),
-        "unsafe-fixes": (False, "default"), "fullgraph": (False, "default"), "backend": ("own", "default"), "timeout": (900.0, "default"),
+        "unsafe-fixes": (False, "default"), "fullgraph": (False, "default"), "zero-recompiles": (False, "default"),
+        "backend": ("own", "default"), "timeout": (900.0, "default"),
     }
-    assert run_gbfix("config", cwd=bare).stdout.splitlines()[1] == "entry        = (not set)                # default"
+    assert run_gbfix("config", cwd=bare).stdout.splitlines()[1] == "entry           = (not set)                # default"
 
 
 # --- --backend ---------------------------------------------------------------------------

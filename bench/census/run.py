@@ -554,7 +554,21 @@ def table(results: list[dict]) -> str:
                 f"({pct(tot['fx_zero'], tot['fx_progs'])})")
     rows.append(f"output changes: {tot['changed']}; install changed: {tot['install_changed']}; "
                 f"gbfix wall time {tot['secs']:.0f} s in all")
+    rows.append(recompile_line(results))
     return "\n".join(rows)
+
+
+def recompile_line(results: list[dict]) -> str:
+    """gbfix's own count of recompile sites (RC findings; TORCH_LOGS counts breaks only):
+    found in the original, gone after the edits (at most the automatic-dynamic recompile
+    left), and the recipe edits for them kept."""
+    found = [f for r in results for f in r.get("gbfix_findings") or [] if str(f.get("code", "")).startswith("RC")]
+    progs = sum(any(str(f.get("code", "")).startswith("RC") for f in r.get("gbfix_findings") or []) for r in results)
+    gone = sum(f.get("status") == "fixed" for f in found)
+    edits = [e for r in results for e in r.get("edits") or [] if str(e.get("code", "")).startswith("RC")]
+    kept = sum(e.get("status") == "applied" for e in edits)
+    return (f"recompile sites (gbfix's RC findings): {len(found)} in {progs} programs; {gone} gone after the edits; "
+            f"recipe edits for them: {kept} kept of {len(edits)} tried")
 
 
 def missed(results: list[dict]) -> str:

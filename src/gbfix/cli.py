@@ -122,6 +122,10 @@ _UNSAFE = click.option("--unsafe-fixes/--no-unsafe-fixes", default=None, help="A
 _FULLGRAPH = click.option(
     "--fullgraph/--no-fullgraph", default=None, help="Aim for zero breaks; then add fullgraph=True where the program compiles, proven by a real run."
 )
+_ZERO_RECOMPILES = click.option(
+    "--zero-recompiles/--no-zero-recompiles", default=None,
+    help="Once each compiled frame recompiles at most once, prove that, warm, it compiles nothing again: the main block runs twice, the second time under torch.compiler.set_stance('fail_on_recompile').",
+)
 _BACKEND = click.option(
     "--backend", type=click.Choice(["own", "eager", "inductor"]), default=None,
     help="Backend of the final check of the edits: the program's own (default), eager, or inductor.",
@@ -130,14 +134,17 @@ _BACKEND = click.option(
 
 def _settings_options(f):
     """The flags that override [tool.gbfix] for `fix` (and `config`, which shows the result)."""
-    for option in (selection_options, _BACKEND, _FULLGRAPH, _UNSAFE, _TIMEOUT, _ENTRY):
+    for option in (selection_options, _BACKEND, _ZERO_RECOMPILES, _FULLGRAPH, _UNSAFE, _TIMEOUT, _ENTRY):
         f = option(f)
     return f
 
 
-def _flags(entry, timeout, unsafe_fixes, fullgraph, backend, select, ignore) -> dict:
+def _flags(entry, timeout, unsafe_fixes, fullgraph, zero_recompiles, backend, select, ignore) -> dict:
     """The settings flags by their [tool.gbfix] key (None: not given)."""
-    return {"entry": entry, "timeout": timeout, "unsafe-fixes": unsafe_fixes, "fullgraph": fullgraph, "backend": backend, "select": select, "ignore": ignore}
+    return {
+        "entry": entry, "timeout": timeout, "unsafe-fixes": unsafe_fixes, "fullgraph": fullgraph, "zero-recompiles": zero_recompiles,
+        "backend": backend, "select": select, "ignore": ignore,
+    }
 
 
 @cli.command(context_settings=_HELP, short_help="Detect, fix and verify graph breaks (the default command).")
@@ -148,15 +155,11 @@ def _flags(entry, timeout, unsafe_fixes, fullgraph, backend, select, ignore) -> 
 @OUTPUT_FORMAT
 @HTML_OPTION
 @NO_CACHE
-@click.option(
-    "--zero-recompiles", is_flag=True,
-    help="Once each compiled frame recompiles at most once, prove that, warm, it compiles nothing again: the main block runs twice, the second time under torch.compiler.set_stance('fail_on_recompile').",
-)
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 def fix(
     paths: tuple[Path, ...], mode: str, entry: str | None, timeout: float | None, unsafe_fixes: bool | None, fullgraph: bool | None,
-    backend: str | None, select: tuple[str, ...] | None, ignore: tuple[str, ...] | None, fmt: str, html_file: Path | None,
-    no_cache: bool, zero_recompiles: bool, quiet: bool,
+    zero_recompiles: bool | None, backend: str | None, select: tuple[str, ...] | None, ignore: tuple[str, ...] | None, fmt: str,
+    html_file: Path | None, no_cache: bool, quiet: bool,
 ) -> None:
     """Run the entry, find its graph breaks in PATHS, and fix them with verified edits (the default command).
 
@@ -172,7 +175,7 @@ def fix(
 
     if paths:
         check_paths(list(paths))  # a missing path is the first thing to say, before the entry or the config
-    settings = settings_for(paths, _flags(entry, timeout, unsafe_fixes, fullgraph, backend, select, ignore))
+    settings = settings_for(paths, _flags(entry, timeout, unsafe_fixes, fullgraph, zero_recompiles, backend, select, ignore))
     targets = settings.targets()
     check_paths(targets)
     if mode == "apply":
@@ -193,7 +196,7 @@ def fix(
             fullgraph=settings["fullgraph"],
             selection=Filter(settings["select"], settings["ignore"]),
             backend=settings["backend"],
-            zero_recompiles=zero_recompiles,
+            zero_recompiles=settings["zero-recompiles"],
         )
         fixed = engine.fix(targets, the_entry, opts, _progress(quiet), cache=not no_cache, worker=worker)
     finally:
@@ -280,7 +283,7 @@ def lint(paths: tuple[Path, ...], select: tuple[str, ...] | None, ignore: tuple[
 @_FORMAT
 def config_command(
     path: Path | None, entry: str | None, timeout: float | None, unsafe_fixes: bool | None, fullgraph: bool | None,
-    backend: str | None, select: tuple[str, ...] | None, ignore: tuple[str, ...] | None, fmt: str,
+    zero_recompiles: bool | None, backend: str | None, select: tuple[str, ...] | None, ignore: tuple[str, ...] | None, fmt: str,
 ) -> None:
     """Print each setting `gbfix PATH` would use, its value and where it came from (a flag,
     the pyproject.toml of [tool.gbfix], or the default). The same flags as `fix` override."""
@@ -290,7 +293,7 @@ def config_command(
 
     paths = (path,) if path is not None else ()
     check_paths(list(paths))
-    settings = settings_for(paths, _flags(entry, timeout, unsafe_fixes, fullgraph, backend, select, ignore))
+    settings = settings_for(paths, _flags(entry, timeout, unsafe_fixes, fullgraph, zero_recompiles, backend, select, ignore))
     where = display(settings.config.path, Path.cwd()) if settings.config else None
     values = {key: {"value": list(s.value) if isinstance(s.value, tuple) else s.value, "source": s.source, "origin": s.origin}
               for key, s in settings.values.items()}

@@ -31,6 +31,7 @@ DEFAULTS: dict[str, tuple[Any, str]] = {
     "ignore": ((), "--ignore"),
     "unsafe-fixes": (False, "--unsafe-fixes"),
     "fullgraph": (False, "--fullgraph"),
+    "zero-recompiles": (False, "--zero-recompiles"),
     "backend": ("own", "--backend"),
     "timeout": (DEFAULT_TIMEOUT, "--timeout"),
 }
@@ -46,6 +47,7 @@ class Config:
     timeout: float | None = None
     unsafe_fixes: bool | None = None
     fullgraph: bool | None = None
+    zero_recompiles: bool | None = None
     backend: str | None = None
     targets: tuple[str, ...] | None = None
     select: tuple[str, ...] | None = None
@@ -97,7 +99,7 @@ def _check(path: Path, key: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise bad("a positive number of seconds")
         return float(value)
-    if key in ("unsafe-fixes", "fullgraph"):
+    if key in ("unsafe-fixes", "fullgraph", "zero-recompiles"):
         if not isinstance(value, bool):
             raise bad("true or false")
         return value
@@ -156,7 +158,7 @@ def resolve(paths: tuple[Path, ...] | list[Path], flags: dict[str, Any], cwd: Pa
     values = {}
     for key, (default, flag) in DEFAULTS.items():
         if given.get(key) is not None:
-            negated = given[key] is False  # --no-unsafe-fixes, --no-fullgraph
+            negated = given[key] is False  # --no-unsafe-fixes, --no-fullgraph, --no-zero-recompiles
             values[key] = Setting(given[key], "flag", f"--no-{key}" if negated else flag)
         elif config is not None and config.get(key) is not None:
             values[key] = Setting(config.get(key), "pyproject", display(config.path, cwd))

@@ -33,7 +33,7 @@ from gbfix.launch import Warm
 from gbfix.ledger import Finding, SiteLedger, Snapshot, message
 from gbfix.linemap import LineMap
 from gbfix.locate import Locator, library_leaf, owned_frame
-from gbfix.records import Edit, ObservedCall, Outcome, RunResult, Site, Status
+from gbfix.records import Edit, ObservedCall, Outcome, Recompile, RunResult, Site, Status
 from gbfix.sources import SourceFile
 from gbfix.suppress import Filter
 from gbfix.verify import (
@@ -120,6 +120,10 @@ class _Session:
         self.speculative: tuple[dict[Path, bytes], Pending] | None = None
         # Calls of user functions seen in uncompiled runs: (path, first line, generation) -> calls
         self.observed: dict[tuple[Path, int, int], tuple[ObservedCall, ...]] = {}
+        # Recompile sites the recompile round answered (``recompiles.site_of``) -> what was
+        # tried (the last rejected edit's verdict, or what the recipes that looked said), the
+        # unsafe recipe that would apply, and the recipe of the edit kept (None: none kept)
+        self.recompile_sites: dict[tuple, tuple[str, str | None, str | None]] = {}
 
     # --- runs -------------------------------------------------------------
     def _edited(self, edits: list[Edit], locator: Locator) -> dict[Path, bytes]:
@@ -229,12 +233,13 @@ class _Session:
         self.speculative = None
 
     # --- proposing ----------------------------------------------------------
-    def _context(self, site: Site, locator: Locator, caps: frozenset[str]) -> recipes.SiteContext:
+    def _context(self, site: Site, locator: Locator, caps: frozenset[str], recompile: Recompile | None = None) -> recipes.SiteContext:
+        """A recipe's view of the site (``recompile``: the latest recompile of a recompile site)."""
         path = site.path
         gen = self._generation(path)
         seen = {(path, line): calls for (p, line, g), calls in self.observed.items() if p == path and g == gen}
         entry = locator.parsed(self.entry_file) if self.entry_file else None
-        return recipes.SiteContext(site, locator.node(site), locator.parsed(path), caps, seen, entry)
+        return recipes.SiteContext(site, locator.node(site), locator.parsed(path), caps, seen, entry, recompile)
 
     def observe(self, sites: list[Site], locator: Locator, caps: frozenset[str]) -> None:
         """Record, in one uncompiled run, the calls of the functions recipes asked to see."""
@@ -265,12 +270,14 @@ class _Session:
         """Which version of the file observations were made on (edits move lines)."""
         return hash(self.current[path].data)
 
-    def propose(self, site: Site, locator: Locator, caps: frozenset[str]) -> list[Edit]:
-        ctx = self._context(site, locator, caps)
+    def propose(self, site: Site, locator: Locator, caps: frozenset[str], recompile: Recompile | None = None) -> list[Edit]:
+        ctx = self._context(site, locator, caps, recompile)
         out = []
         gen = self._generation(site.path)
         for recipe in recipes.candidates(site.code, unsafe=self.opts.unsafe_fixes):
-            if not self.ledger.may_try(site, recipe.name, gen):
+            # A recompile site is answered once (``recompile_round``); the ledger keys sites by
+            # place, and two of one frame may share one (a size guarded on two dimensions).
+            if recompile is None and not self.ledger.may_try(site, recipe.name, gen):
                 continue
             proposer = recipe()
             rw = proposer.propose(ctx)
@@ -283,9 +290,9 @@ class _Session:
             out.append(edit)
         return out
 
-    def unsafe_available(self, site: Site, locator: Locator, caps: frozenset[str]) -> str | None:
+    def unsafe_available(self, site: Site, locator: Locator, caps: frozenset[str], recompile: Recompile | None = None) -> str | None:
         """An unsafe recipe that would apply here (not tried: that needs --unsafe-fixes)."""
-        ctx = self._context(site, locator, caps)
+        ctx = self._context(site, locator, caps, recompile)
         for recipe in recipes.candidates(site.code, unsafe=True):
             if recipe.safety == "unsafe" and recipe().propose(ctx) is not None:
                 return recipe.name
@@ -559,7 +566,7 @@ class _Session:
         fixed = {p: s.data for p, s in self.current.items() if s.data != self.originals[p].data}
         fixed |= generated.complete(fixed)  # the packages' generated modules: new, or extended
         final = run.recompiles if run is not self.baseline else None
-        findings = tuple(recompiles.merge(self.findings(run, caps), self.baseline.recompiles, self.originals, final))
+        findings = tuple(recompiles.merge(self.findings(run, caps), self.baseline.recompiles, self.originals, final, self.recompile_left))
         return Result(
             entry=self.entry,
             findings=findings,
@@ -592,19 +599,39 @@ class _Session:
             if not todo:
                 return run
             finding = todo[0]
-            tried.add(recompiles.site_of(finding.recompiles[-1]))
+            rc = finding.recompiles[-1]
+            tried.add(recompiles.site_of(rc))
             locator, site = Locator(self.current), recompiles.site(finding)
-            ctx = replace(self._context(site, locator, caps), recompile=finding.recompiles[-1])
-            for recipe in recipes.candidates(site.code, unsafe=self.opts.unsafe_fixes):
-                rw = recipe().propose(ctx)
-                if rw is None:
-                    continue
-                edit = rw.edit(next(self.ids), site, recipe, locator.parsed(site.path))
-                self.ledger.proposed(edit)
-                kept = self.recompile_trial(edit, finding.recompiles[-1], run, locator)
+            # proposed and declined as a break site is, so a site left is worded as a break left
+            edits = self.propose(site, locator, caps, rc)
+            # Read now: the ledger keys a site by its place, which sites of one frame may share.
+            why, kept_by, unsafe = self.ledger.no_recipe(self.ledger.key(site)), None, None
+            for edit in edits:
+                kept = self.recompile_trial(edit, rc, run, locator)
                 if kept is not None:
-                    run = kept
+                    run, kept_by = kept, edit.recipe
                     break
+                why = f"{self.outcomes[-1].status}: {self.outcomes[-1].detail}"
+            else:
+                unsafe = None if self.opts.unsafe_fixes else self.unsafe_available(site, locator, caps, rc)
+            self.recompile_sites[recompiles.site_of(rc)] = (why, unsafe, kept_by)
+
+    def recompile_left(self, rc: Recompile, hand: str) -> str:
+        """What became of a recompile site left (``rc``: its latest recompile), worded as a
+        break left is (``left_over``); ``hand``: what a user does about its code."""
+        tried, unsafe, kept_by = self.recompile_sites.get(recompiles.site_of(rc), (self.ledger.no_recipe(()), None, None))
+        if kept_by:  # it recompiles less, not yet at most once (``recompiles._judged`` says how often)
+            return f"the edit kept ({kept_by}) leaves it; by hand: {hand}"
+        return self.left_over(tried, unsafe, hand)
+
+    @staticmethod
+    def left_over(tried: str, unsafe: str | None, hand: str | None) -> str:
+        """Why a site, a break's or a recompile's, is left: fixable with --unsafe-fixes (the
+        recipe), else ``tried`` (the verdict of the last edit tried for it, or what the
+        recipes that looked said), then what to do by hand."""
+        if unsafe:
+            return f"{recompiles.UNSAFE} ({unsafe})"
+        return tried + (f"; by hand: {hand}" if hand else "")
 
     def recompile_trial(self, edit: Edit, rc, before: RunResult, locator: Locator) -> RunResult | None:
         """Verify one edit for a recompile site; the run that proves it, or None (rejected)."""
@@ -723,9 +750,8 @@ class _Session:
                 site = remaining.get(key)
                 unsafe = self.unsafe_available(site, locator, caps) if site and not self.opts.unsafe_fixes else None
                 status = "fixable-unsafe" if unsafe else "unfixed"
-                detail = f"fixable with --unsafe-fixes ({unsafe})" if unsafe else reasons.get(key, self.ledger.no_recipe(key))
-                if not unsafe and finding.brk is not None:
-                    detail += f"; by hand: {escape.hatch(finding.brk.root)}"
+                tried = reasons.get(key, self.ledger.no_recipe(key))
+                detail = self.left_over(tried, unsafe, escape.hatch(finding.brk.root) if finding.brk is not None else None)
             out.append(replace(finding, status=status, detail=detail))
         return sorted(out, key=lambda f: (str(f.path or ""), f.line, f.col or 0))
 

@@ -34,7 +34,7 @@ _STATUS = {  # finding status -> (label, css class)
     "outside": ("outside the targets", "muted"),
     "new": ("new: not in the baseline", "bad"),
     "baseline": ("in the baseline", "muted"),
-    "recompile": ("recompile: reported, not fixed yet", "warn"),
+    "recompile": ("recompile left", "warn"),  # the detail says what was tried, or that an unsafe recipe would fix it
 }
 _EDIT = {  # outcome status -> (verdict, css class)
     "applied": ("verified: the break is gone and the program behaves the same", "ok"),

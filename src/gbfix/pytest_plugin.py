@@ -370,7 +370,9 @@ class _Session:
                 f"{sites} site{'' if sites == 1 else 's'} in the project ({backend} backend{workers})." + tail
             )
         if recompiled:
-            tr.write_line(f"gbfix: {recompiled} recompile site{'' if recompiled == 1 else 's'} in the project (RC codes): reported, not fixed yet.")
+            # the plugin reports; gbfix run on the tests tries the recompile recipes, as for breaks
+            sites_rc = f"{recompiled} recompile site{'' if recompiled == 1 else 's'}"
+            tr.write_line(f'gbfix: {sites_rc} in the project (RC codes); gbfix --entry "pytest ..." tries their recipes.')
         for line in self.lines:
             tr.write_line(line, red=line.endswith("fails."), bold=line.endswith("fails."))
 

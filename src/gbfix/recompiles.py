@@ -8,13 +8,15 @@ rules/RCxxx.md pages document them.
 
 A recompile site is answered like a break site (``engine._Session.recompile_round``): the
 recipes whose ``codes`` hold its RC code propose, and an edit is kept when the recompiles of
-its site (``site_of``) go down. A finding left has the status ``recompile``.
+its site (``site_of``) go down. A finding left has the status ``recompile``, and its detail
+says why it is left as a break's does (``Left``: the engine's ``recompile_left``).
 """
 
 from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -55,7 +57,20 @@ def _times(n: int) -> str:
     return "once" if n == 1 else f"{n} times"
 
 
-def findings(recompiles: tuple[Recompile, ...], files: dict[Path, SourceFile]) -> list[Finding]:
+# The words of a site, a break's or a recompile's, that only an unsafe recipe would fix
+# (engine ``left_over`` writes them; the summary counts them)
+UNSAFE = "fixable with --unsafe-fixes"
+
+# Why a recompile site is left (its latest recompile, the by-hand hint of its code): what the
+# recipes tried, as a break left is worded. Without one (detection only: ``gbfix check``), the hint.
+Left = Callable[[Recompile, str], str]
+
+
+def _by_hand(rc: Recompile, hand: str) -> str:
+    return f"by hand: {hand}"
+
+
+def findings(recompiles: tuple[Recompile, ...], files: dict[Path, SourceFile], left: Left = _by_hand) -> list[Finding]:
     """One finding per (frame, cause, guarded expression, place), limit hits first."""
     groups: dict[tuple, list[tuple[Recompile, Guard, GuardCause]]] = {}
     for rc in recompiles:
@@ -68,7 +83,7 @@ def findings(recompiles: tuple[Recompile, ...], files: dict[Path, SourceFile]) -
     out: list[Finding] = []
     for (_, _, code, source, path, line, col), items in groups.items():
         rc, guard, _ = items[-1]
-        detail = f"{CODES[code][0]}; reported, not fixed yet; by hand: {CODES[code][1]}"
+        detail = f"{CODES[code][0]}; {left(rc, CODES[code][1])}"
         if path is None:
             detail = f"outside the targets ({rc.file}); " + detail
         out.append(
@@ -100,7 +115,8 @@ def _limits(recompiles: tuple[Recompile, ...], files: dict[Path, SourceFile], ca
                 f"`{rc.function}` hit torch._dynamo.config.{rc.limit} after {total} recompiles and now runs eagerly;"
                 f" last failed guard `{last}`" + (f" (caused by {because})" if because else ""),
                 STATUS,
-                "reported, not fixed yet; by hand: fix the recompiles it names" + ("" if path else f"; outside the targets ({rc.file})"),
+                # no recipe of its own: it goes with the recompiles it names, each worded with what was tried
+                f"by hand: {CODES[LIMIT][1]}" + ("" if path else f"; outside the targets ({rc.file})"),
                 recompiles=(rc,),
             )
         )
@@ -128,7 +144,11 @@ def count_note(found: list[Finding], applied: bool = True) -> str:
     text = f"{total} recompile{'s' if total != 1 else ''} at {len(rcs)} site{'s' if len(rcs) != 1 else ''}"
     if limits:
         text += f", {len(limits)} frame{'s' if len(limits) != 1 else ''} over the recompile limit (running eagerly)"
-    return " ".join(x for x in (done, f"Found {text}: reported, not fixed yet.") if x)
+    # worded as the break summary words the sites left (report._summary)
+    unsafe = sum(1 for f in rcs if UNSAFE in f.detail)
+    left = [f"{unsafe} fixable with --unsafe-fixes"] if unsafe else []
+    left += [f"{len(rcs) - unsafe} not fixable"] if len(rcs) > unsafe else []
+    return " ".join(x for x in (done, f"Found {text}: {', '.join(left) or 'left'}.") if x)
 
 
 def merge(
@@ -136,12 +156,13 @@ def merge(
     recompiles: tuple[Recompile, ...],
     files: dict[Path, SourceFile],
     final: tuple[Recompile, ...] | None = None,
+    left: Left = _by_hand,
 ) -> list[Finding]:
     """The break findings with the recompile findings: limit hits first (the worst case:
     the frame runs eagerly; each replaces Dynamo's GB0039 at the same def), recompiles last.
     ``final``: the recompiles of the edited program, when edits were kept: a site (or a
-    limit hit) that no longer recompiles there is fixed."""
-    found = findings(recompiles, files)
+    limit hit) that no longer recompiles there is fixed. ``left``: why a site is left."""
+    found = findings(recompiles, files, left)
     if final is not None:
         found = [_judged(f, final) for f in found]
     limits = [f for f in found if f.code == LIMIT]

@@ -60,7 +60,7 @@ def filtered(result: Result, selection: Filter) -> tuple[Result, int]:
 
 
 def summary(result: Result, applied: bool, display: Callable[[Path], str] = display_path, suppressed: int = 0) -> str:
-    """The closing line: the breaks, then a sentence on the recompiles (reported, not fixed yet)."""
+    """The closing line: the breaks, then a sentence on the recompiles (fixed, and left)."""
     rc_note = recompiles.count_note(list(result.findings), applied)
     if not rc_note:
         return _break_summary(result, applied, display, suppressed)
@@ -115,6 +115,6 @@ def _sites(n: int) -> str:
 def exit_code(result: Result, applied: bool) -> int:
     if result.fullgraph is False or result.recompiles_proven is False:
         return 1
-    if applied:  # breaks only: recompiles are reported, not fixed yet (`gbfix check` gates them)
+    if applied:  # breaks only: a recompile left does not fail --apply (`gbfix check` gates them)
         return 0 if result.remaining == 0 else 1
     return 0 if not result.findings and not result.fixed else 1

@@ -129,3 +129,44 @@ def test_helpers_go_before_a_call_of_a_public_helper():
     module = cst.parse_module('import torch\n\ngbfix_leaf_logger("lib")\n')
     out = add_helpers(module, {"gbfix_leaf_logger": "def gbfix_leaf_logger(module):\n    pass\n"}).code
     assert out.index("def gbfix_leaf_logger") < out.index('gbfix_leaf_logger("lib")')
+
+
+STAND_IN_PROGRAM = """\
+import importlib, logging, sys
+import torch
+from gbfix.recipes.leaf_helpers import LEAF_LOGGER, LOG_LEAF
+
+logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(name)s: %(message)s")
+logger = logging.getLogger("lib")
+
+
+def forward(x):
+    logger.info("shape %s", x.shape)
+    logger.info("mean %s", x.mean())
+    logger.warning("plain %s %d %s", "a", 3, None)
+    logger.warning(msg="keyword")
+    return x + 1
+
+
+if sys.argv[1:] == ["--stand-in"]:
+    exec(LOG_LEAF.code + LEAF_LOGGER.code)
+    gbfix_leaf_logger("__main__")
+print(torch.compile(forward, backend="eager")(torch.ones(2, 3, requires_grad=True)).sum())
+print("breaks", sum(torch._dynamo.utils.counters["graph_break"].values()))
+"""
+
+
+def test_the_stand_in_leaves_a_call_whose_text_could_change_to_the_logger(tmp_path):
+    """Only the call with text, numbers and None goes to the leaf function: a torch.Size
+    (a tuple at the leaf boundary), a tensor that requires grad (detached there) and a
+    keyword argument go to the logger itself and break as before, so every line is the same."""
+    script = tmp_path / "prog.py"
+    script.write_text(STAND_IN_PROGRAM)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    plain, stand_in = (
+        subprocess.run([sys.executable, str(script), *flag], capture_output=True, text=True, check=True, env=env).stdout
+        for flag in ([], ["--stand-in"])
+    )
+    assert "INFO lib: shape torch.Size([2, 3])" in plain and "grad_fn=<MeanBackward0>" in plain
+    assert stand_in.replace("breaks 3", "breaks 4") == plain
+    assert "breaks 4" in plain and "breaks 3" in stand_in

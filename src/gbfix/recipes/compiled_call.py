@@ -17,7 +17,15 @@ import libcst.matchers as m
 
 from gbfix.locate import ParsedFile
 from gbfix.recipes.base import Decline, SiteContext
+from gbfix.records import Guard
 from gbfix.sources import char_column
+
+
+def recompile_guards(ctx: SiteContext) -> tuple[Guard, ...]:
+    """The failed guards of the site's latest recompile, the most recent compile's first;
+    () where the site is no recompile or Dynamo named no guard (nothing to answer)."""
+    rc = ctx.recompile
+    return rc.guards if rc is not None else ()
 
 
 def _files(ctx: SiteContext) -> list[ParsedFile]:

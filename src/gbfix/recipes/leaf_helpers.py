@@ -72,15 +72,18 @@ def gbfix_log_leaf(logger):
 LEAF_LOGGER = piece("gbfix_leaf_logger", f'''\
 def gbfix_leaf_logger(module, name="logger"):
     # Binds the global `name` of `module` (a logger) to a stand-in whose logging
-    # methods, called with positional arguments, run as a leaf function (kept in
-    # compiled graphs, run at run time); everything else is the logger's own.
+    # methods, called with text, numbers and None only, run as a leaf function (kept
+    # in compiled graphs, run at run time); any other call (a tensor, a size, a
+    # keyword argument, whose text the leaf function could change) and everything
+    # else is the logger's own.
     module = importlib.import_module(module)
     logger = getattr(module, name)
     log = gbfix_log_leaf(lambda: logger)
+    plain = (str, int, float, type(None))
 
     def method(name):
         def call(self, *args, **kwargs):
-            if kwargs:
+            if kwargs or [arg for arg in args if not isinstance(arg, plain)]:
                 return getattr(logger, name)(*args, **kwargs)
             log(name, *args)
 

@@ -20,9 +20,9 @@ The helper imports the module there, by its dotted name, as the statement
 import added to the file's head would run before the program's own first lines
 (a ``sys.path`` entry, an environment variable the library reads at import).
 The stand-in calls the same method of the same logger with the same arguments
-(so ``warning_once`` still counts repeats), forwards every other attribute to the
-logger, and calls a method given keyword arguments directly (which breaks as
-before). Like a Dynamo setting, the binding changes the whole process, so it goes
+(so ``warning_once`` still counts repeats) when they are text, numbers or None; any
+other call (a tensor or a ``torch.Size``, whose text the leaf boundary would change,
+keyword arguments) and any other attribute go to the logger itself, as before. Like a Dynamo setting, the binding changes the whole process, so it goes
 only where the program starts (``config_route.program_start``). The library frame
 is the innermost on the break's stack below the user's own frames whose line calls
 a logging method on a module global bound at module level from

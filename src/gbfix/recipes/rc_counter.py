@@ -19,12 +19,13 @@ import libcst.matchers as m
 
 from gbfix.rccodes import cause
 from gbfix.recipes.base import Decline, Recipe, SiteContext
+from gbfix.recipes.compiled_call import recompile_guards
 from gbfix.recipes.config_route import _ConfigRoute, binds_torch
 
 
 def _attribute(ctx: SiteContext) -> str:
-    rc = ctx.recompile
-    source = cause(rc.guards[0]).source if rc and rc.guards else ""
+    guards = recompile_guards(ctx)
+    source = cause(guards[0]).source if guards else ""
     if not source.startswith("self.") or not source[5:].isidentifier():
         raise Decline("not a number on `self`")
     return source[5:]

@@ -29,10 +29,10 @@ class TensorArgument(Recipe):
     rule = "RC002"
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
-        rc = ctx.recompile
-        if rc is None or not rc.guards:
+        guards = compiled_call.recompile_guards(ctx)
+        if not guards:
             return None
-        why = cause(rc.guards[0])
+        why = cause(guards[0])
         if not isinstance(why.value, float):
             raise Decline("not a float: an int argument is made dynamic by automatic dynamic shapes")
         parsed, node = compiled_call.call(ctx)

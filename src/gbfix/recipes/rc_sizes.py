@@ -34,13 +34,13 @@ class MarkDynamic(Recipe):
     rule = "RC003"
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
-        rc = ctx.recompile
-        if rc is None or not rc.guards:
+        guards = compiled_call.recompile_guards(ctx)
+        if not guards:
             return None
-        sized = [g for g in rc.guards if cause(g).code == "RC003"]
+        sized = [g for g in guards if cause(g).code == "RC003"]
         if len(sized) < 2:
             raise Decline("automatic dynamic shapes settled it with one recompile")
-        m = _SIZE.match(cause(rc.guards[0]).source)
+        m = _SIZE.match(cause(guards[0]).source)
         if m is None:
             raise Decline("the guard is not on one dimension of an argument")
         parsed, node = compiled_call.call(ctx)
