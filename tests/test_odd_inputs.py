@@ -130,6 +130,9 @@ def signal_mid_run(tmp_path, sig):
     gbfix = subprocess.Popen(
         [sys.executable, "-m", "gbfix", "--apply", "--entry", "python train.py", "train.py"],
         cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # A suite started in the background by a non-interactive shell (`.ci/run &`) inherits
+        # SIGINT ignored, and Python then keeps it ignored: Ctrl-C as a terminal would send it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 120
     while not any(p != gbfix.pid and "gbfix.child" in open(f"/proc/{p}/cmdline").read() for p in processes_in(work)):
