@@ -44,6 +44,7 @@ def _capabilities() -> list[str]:
         # wrap-custom-op's recompute backward turns autograd back on inside its op (private guard)
         "custom_op_autograd": lambda: (torch._C._SetExcludeDispatchKeyGuard, torch._C.DispatchKey.AutogradFunctionality),
         "cond": lambda: torch.cond,
+        "while_loop": lambda: torch.while_loop,
         "check": lambda: torch._check,
         "reorderable_logging": lambda: torch._dynamo.config.reorderable_logging_functions,
         # The log/warn/print op helpers: an op defined in a torch.library.Library, with a fake kernel.

@@ -23,6 +23,7 @@ _MODULES = (
     "guarded_index",  # `a[i] if i >= 0 else b` with a tensor index: torch.where over a clamped index
     "branch",
     "loop_branch",
+    "while_loop",  # a `while` on a tensor test: torch.while_loop over the names it carries
     "explicit_break",
     "shapes",
     "dispatch",

@@ -3,7 +3,8 @@
 - names: what a name refers to (``qualified_names``, ``builtin_at``), where it is
   bound (``global_bindings``, ``bound_before``, ``single_binding``);
 - effects: whether an expression may be evaluated where the original did not
-  (``pure``), whether a scope changes a name's object in place (``mutated``);
+  (``pure``), whether code changes nothing but local names (``local_effects_only``),
+  whether a scope changes a name's object in place (``mutated``);
 - tensors: whether the code uses a name as a tensor (``tensor_evidence``);
 - values only read: whether what an expression evaluates to is only read
   (``only_read``), so that a copy in its place behaves as the original does.
@@ -221,6 +222,21 @@ def pure(expr: cst.CSTNode) -> bool:
             return False
         if isinstance(n, cst.Call) and not pure_call(n):
             return False
+    return True
+
+
+def local_effects_only(expr: cst.CSTNode) -> bool:
+    """No effect outside local names that the verifier might not see: no
+    in-place ops, container mutation, I/O, host syncs or extra random draws."""
+    for n in walk(expr):
+        if isinstance(n, (cst.NamedExpr, cst.Yield, cst.Await)):
+            return False
+        if isinstance(n, cst.Call):
+            _, fn = called(n)
+            if fn in IMPURE_CALLS or (fn and fn.endswith("_") and not fn.startswith("__")):
+                return False
+            if any(a.keyword is not None and a.keyword.value == "out" for a in n.args):
+                return False
     return True
 
 

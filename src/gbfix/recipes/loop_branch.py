@@ -34,9 +34,9 @@ from typing import cast
 import libcst as cst
 
 from gbfix.recipes.analysis import (
-    IMPURE_CALLS,
     bound_before,
     called,
+    local_effects_only,
     mutated,
     name_of,
     pure,
@@ -110,21 +110,6 @@ def _condition(ctx: SiteContext, if_node: cst.If, test: SplitTest) -> cst.BaseEx
     return make_call("torch.as_tensor", if_node.test)
 
 
-def _local_effects_only(expr: cst.CSTNode) -> bool:
-    """No effect outside local names that the verifier might not see: no
-    in-place ops, container mutation, I/O, host syncs or extra random draws."""
-    for n in walk(expr):
-        if isinstance(n, (cst.NamedExpr, cst.Yield, cst.Await)):
-            return False
-        if isinstance(n, cst.Call):
-            _, fn = called(n)
-            if fn in IMPURE_CALLS or (fn and fn.endswith("_") and not fn.startswith("__")):
-                return False
-            if any(a.keyword is not None and a.keyword.value == "out" for a in n.args):
-                return False
-    return True
-
-
 def _assignment(stmt: cst.BaseStatement) -> cst.Assign | None:
     """``stmt`` when it is one `name = expr` / `a, b = expr` and nothing else."""
     if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
@@ -136,7 +121,7 @@ def _assignment(stmt: cst.BaseStatement) -> cst.Assign | None:
     elements = target.elements if isinstance(target, (cst.Tuple, cst.List)) else [cst.Element(target)]
     if not all(isinstance(el, cst.Element) and isinstance(el.value, cst.Name) for el in elements):
         return None  # attributes, subscripts, starred: state or a list torch.where cannot take
-    return small if _local_effects_only(small.value) else None
+    return small if local_effects_only(small.value) else None
 
 
 def _assigned(assign: cst.Assign) -> list[str]:
@@ -336,7 +321,7 @@ class EarlyExitToWhere(BranchRecipe):
         if final is None or not (_value(v) and _value(final)) or not _finite(for_node.iter):
             return None
         # The iterations after the exit now run too: their statements may only bind locals.
-        if not all(_assignment(s) is not None for s in block.body[:i]) or not _local_effects_only(if_node.test):
+        if not all(_assignment(s) is not None for s in block.body[:i]) or not local_effects_only(if_node.test):
             return None
         if contains(fn, cst.Yield):
             return None
