@@ -210,7 +210,7 @@ def _tensor_valued(call: cst.Call) -> bool:
     return called(call)[1] in FULL_REDUCTIONS | _BOOL_CALLS | _ELEMENTWISE.keys()
 
 
-def _tensor_cond(expr: cst.BaseExpression, known: bool) -> cst.BaseExpression | None:
+def tensor_cond(expr: cst.BaseExpression, known: bool) -> cst.BaseExpression | None:
     """``expr`` as a tensor expression with the same truth value, or None.
 
     ``known``: the break proves ``expr`` is a tensor (it is the only operand of
@@ -218,11 +218,11 @@ def _tensor_cond(expr: cst.BaseExpression, known: bool) -> cst.BaseExpression | 
     (a comparison involving a call, or a boolean-valued call).
     """
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
-        inner = _tensor_cond(expr.expression, known)
+        inner = tensor_cond(expr.expression, known)
         return inner and make_call("torch.logical_not", inner)
     if isinstance(expr, cst.BooleanOperation):
         # Python short-circuits; the tensor form evaluates both sides, so both must be pure.
-        left, right = _tensor_cond(expr.left, False), _tensor_cond(expr.right, False)
+        left, right = tensor_cond(expr.left, False), tensor_cond(expr.right, False)
         if left is None or right is None or not pure(expr):
             return None
         op = "and" if isinstance(expr.operator, cst.And) else "or"
@@ -292,7 +292,7 @@ def _split_test(if_node: cst.If | cst.IfExp) -> SplitTest | None:
     tensors = [o for i, o in enumerate(ops) if i not in python]
     if len(tensors) > 1 and not all(pure(o) for o in tensors):
         return None
-    converted = [_tensor_cond(o, len(tensors) == 1) for o in tensors]
+    converted = [tensor_cond(o, len(tensors) == 1) for o in tensors]
     if any(c is None for c in converted):
         return None
     tensor = converted[0]
@@ -673,7 +673,7 @@ def _else_value(ctx: SiteContext, if_node: cst.If, target: str) -> cst.BaseExpre
     # An `elif` test now runs whenever the `if` test is false: it must be pure and
     # visibly a tensor (the break says nothing about it).
     value, rest = _assigned(orelse.body, target), _else_value(ctx, orelse, target)
-    cond = _tensor_cond(orelse.test, False) if pure(orelse.test) else None
+    cond = tensor_cond(orelse.test, False) if pure(orelse.test) else None
     if value is None or rest is None or cond is None:
         return None
     return make_call("torch.where", cond, value, rest)
@@ -837,14 +837,14 @@ class BranchToWhereUnchecked(BranchToWhere):
 # ---------------------------------------------------------------- if cond: return a; return b
 
 
-def _may_alias(expr: cst.BaseExpression) -> bool:
+def may_alias(expr: cst.BaseExpression) -> bool:
     """Whether ``expr`` may be an existing tensor or a view of one."""
     if isinstance(expr, cst.Name):
         return True
     if isinstance(expr, (cst.Attribute, cst.Subscript)):
-        return _may_alias(expr.value)
+        return may_alias(expr.value)
     if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
-        return expr.func.attr.value in ALIASING and _may_alias(expr.func.value)
+        return expr.func.attr.value in ALIASING and may_alias(expr.func.value)
     return False
 
 
@@ -861,7 +861,7 @@ def _branch_value(expr: cst.BaseExpression) -> cst.BaseExpression | None:
         return None
     if name_of(expr) in ("None", "True", "False"):
         return None
-    if _may_alias(expr):
+    if may_alias(expr):
         return cst.Call(func=cst.Attribute(value=expr, attr=cst.Name("clone")))
     return expr
 

@@ -38,7 +38,7 @@ import libcst as cst
 
 from gbfix.recipes.analysis import bound_before, is_builtin, local_effects_only, mutated, name_of, target_names
 from gbfix.recipes.base import Decline, SiteContext
-from gbfix.recipes.branch import BranchRecipe, _may_alias, _tensor_cond, fresh
+from gbfix.recipes.branch import BranchRecipe, fresh, may_alias, tensor_cond
 from gbfix.recipes.tree import walk
 
 # Statements whose meaning changes inside a function of their own (control flow
@@ -171,7 +171,7 @@ def _returned(statements: Sequence[cst.BaseStatement], name: str) -> cst.BaseExp
         if name in _binding_names(stmt):
             last = _value_of(stmt, name)
             break
-    if last is not None and not _may_alias(last):
+    if last is not None and not may_alias(last):
         return cst.Name(name)
     return cst.Call(func=cst.Attribute(value=cst.Name(name), attr=cst.Name("clone")))
 
@@ -203,7 +203,7 @@ def _test(ctx: SiteContext, loop: cst.While) -> cst.BaseExpression:
             test = arg.value
     if not local_effects_only(test) or any(isinstance(n, cst.Call) and name_of(n.func) == "super" for n in walk(test)):
         raise Decline("the loop test has effects")
-    cond = _tensor_cond(test, True)
+    cond = tensor_cond(test, True)
     if cond is None:
         raise Decline("the loop test is not a tensor condition (a Python part would need to stay a Python test)")
     return cond
