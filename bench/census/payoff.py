@@ -110,6 +110,7 @@ def main() -> None:
     if args.limit:
         todo = todo[: args.limit]
     print(f"{len(todo)} programs changed by gbfix; inductor, {args.calls} calls, {args.repeats} repeat(s)", file=sys.stderr)
+    out = HERE / "results" / f"payoff-{tag}.json"
     for prog in todo:
         copies = edited_copies(prog, tag)
         if copies is None:
@@ -136,8 +137,7 @@ def main() -> None:
             row["same"] = o.pop("digest") == e.pop("digest")
         rows.append(row)
         print(fmt(row), file=sys.stderr, flush=True)
-    out = HERE / "results" / f"payoff-{tag}.json"
-    out.write_text(json.dumps(rows, indent=1))
+        out.write_text(json.dumps(rows, indent=1))  # after each program: a run stopped midway keeps what it measured
     print(table(rows))
 
 
