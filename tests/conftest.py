@@ -14,6 +14,19 @@ collect_ignore_glob = ["fixtures/*"]  # programs gbfix runs, not tests of gbfix
 os.environ["GBFIX_NO_CACHE"] = "1"
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that share a module-scoped fixture (one gbfix run, asserted on several
+    ways) go to one xdist worker (`--dist loadgroup`): spread over two, each worker would
+    run the fixture again. A test grouped already keeps its group."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+        if any(d.scope == "module" for fixture in defs.values() for d in fixture):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
 def run_gbfix(*args: str, cwd: Path, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """gbfix as a user runs it: a real process, real exit code, real output."""
     return subprocess.run(

@@ -140,7 +140,10 @@ def signal_mid_run(tmp_path, sig):
         time.sleep(0.2)
     time.sleep(3)  # the baseline run is under way
     gbfix.send_signal(sig)
+    sent = time.monotonic()
     _, err = gbfix.communicate(timeout=60)
+    # Ctrl-C ends gbfix at once (it once waited 30 s for a second report of the run it had killed)
+    assert time.monotonic() - sent < 10, err
     deadline = time.monotonic() + 15
     while processes_in(work) and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -115,14 +115,19 @@ class _Forked:
 
     def __init__(self, worker: Warm, pid: int) -> None:
         self.worker, self.pid = worker, pid
+        self.rc: int | None = None  # once the worker reported it (a report comes once)
 
     def wait(self, timeout: float) -> int:
-        return self.worker.exit_code(self.pid, time.monotonic() + timeout)
+        if self.rc is None:
+            self.rc = self.worker.exit_code(self.pid, time.monotonic() + timeout)
+        return self.rc
 
     def kill(self) -> None:
+        if self.rc is not None:  # ended and reaped: a second kill (Ctrl-C, then the clean-up) has nothing to wait for
+            return
         kill_group(self.pid)
         try:
-            self.worker.exit_code(self.pid, time.monotonic() + 30)  # the worker reaps it and reports
+            self.rc = self.worker.exit_code(self.pid, time.monotonic() + 30)  # the worker reaps it and reports
         except (Timeout, WorkerLost):
             self.worker.close()
 
