@@ -21,9 +21,6 @@ from gbfix.suppress import Filter
 from tests.helpers import fixture_copy
 
 FIXTURE = Path(__file__).parent / "fixtures" / "rcfix"
-# The tests of the one gbfix run over the folder share a worker under pytest-xdist
-# (--dist loadgroup): else each worker would run it again.
-SHARED = pytest.mark.xdist_group("rcfix_result")
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +52,6 @@ def _applied(result: engine.Result) -> dict[str, set[str]]:
     return out
 
 
-@SHARED
 def test_counters_stepped_only_by_the_module_are_settled_by_the_setting_then_a_buffer(result, folder):
     """The safe setting is tried first and settles Tally's counter; Countdown's `-=` still
     recompiles under it, and (with --unsafe-fixes) its counter becomes a buffer."""
@@ -65,14 +61,12 @@ def test_counters_stepped_only_by_the_module_are_settled_by_the_setting_then_a_b
     assert _applied(result)["counter-as-buffer"] == {"counts.py"}
 
 
-@SHARED
 def test_a_counter_python_tests_gets_the_setting_in_the_entry_script(result, folder):
     assert "self.step = 0" in _fixed(result, folder, "steps.py")  # `if self.step % 2`: not a buffer
     assert "torch._dynamo.config.allow_unspec_int_on_nn_module = True" in _fixed(result, folder, "run_all.py")
     assert _applied(result)["allow-unspec-int-on-nn-module"] == {"run_all.py"}
 
 
-@SHARED
 def test_float_arguments_are_passed_as_tensors_at_the_call(result, folder):
     text = _fixed(result, folder, "floats.py")
     assert "scale(x, torch.tensor(0.1 * (i + 1), dtype=torch.float64))" in text
@@ -85,7 +79,6 @@ def _left(result: engine.Result, folder: Path, name: str, function: str) -> engi
     return next(f for f in result.findings if f.path == folder / name and f.status == recompiles.STATUS and f.recompiles[-1].function == function)
 
 
-@SHARED
 def test_a_recompile_left_says_what_was_tried_as_a_break_left_does(result, folder):
     """Why the recipes declined, or which kept edit leaves it, then what to do by hand."""
     title, hand = CODES["RC002"]
@@ -99,14 +92,12 @@ def test_a_recompile_left_says_what_was_tried_as_a_break_left_does(result, folde
     assert pool.detail == f"{title}; no recipe applies (mark-dynamic: automatic dynamic shapes settled it with one recompile); by hand: {hand}"
 
 
-@SHARED
 def test_sizes_get_mark_dynamic_only_where_automatic_dynamic_did_not_settle(result, folder):
     text = _fixed(result, folder, "sizes.py")
     assert text.count("mark_dynamic") == 1
     assert "        torch._dynamo.mark_dynamic(x, 1)\n        out.append(pool(x)" in text
 
 
-@SHARED
 def test_fixed_sites_are_reported_fixed_and_at_most_one_recompile_per_frame_is_left(result, folder):
     by_code = {}
     for f in result.findings:
@@ -124,7 +115,6 @@ def test_fixed_sites_are_reported_fixed_and_at_most_one_recompile_per_frame_is_l
     assert result.remaining == 0
 
 
-@SHARED
 def test_the_fixed_program_prints_the_same(result, folder, tmp_path):
     shutil.copytree(folder, tmp_path, dirs_exist_ok=True)
     for path, data in result.fixed.items():

@@ -25,9 +25,6 @@ from tests.helpers import fixture_copy
 FIXTURE = Path(__file__).parent / "fixtures" / "recompiles"
 DETECT_ONLY = engine.Options(unsafe_fixes=True, selection=Filter(ignore=("RC",)))
 pytest_plugins = ["pytester"]
-# The tests of the one gbfix run over the folder share a worker under pytest-xdist
-# (--dist loadgroup): else each worker would run it again.
-SHARED = pytest.mark.xdist_group("recompiles_result")
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +57,6 @@ EXPECTED = [
 ]
 
 
-@SHARED
 @pytest.mark.parametrize(("name", "needle", "code", "source", "guard"), EXPECTED, ids=[e[0] for e in EXPECTED])
 def test_each_recompile_is_named_at_its_line_with_its_guard(result, folder, name, needle, code, source, guard):
     hits = [f for f in result.findings if f.path == folder / name and f.code == code]
@@ -76,7 +72,6 @@ def test_each_recompile_is_named_at_its_line_with_its_guard(result, folder, name
     assert (facts["source"], facts["cause"]) == (source, code)
 
 
-@SHARED
 def test_the_recompile_limit_is_reported_first_in_place_of_gb0039(result, folder):
     first = result.findings[0]
     assert (first.code, first.path, first.line) == ("RC100", folder / "counter.py", _line(folder, "counter.py", "def forward"))
@@ -86,7 +81,6 @@ def test_the_recompile_limit_is_reported_first_in_place_of_gb0039(result, folder
     assert [f.code for f in result.findings].count("RC100") == 1
 
 
-@SHARED
 def test_recompiles_are_reported_not_fixed(result):
     assert not result.fixed and not result.outcomes
     line = report.summary(result, applied=False)
@@ -97,7 +91,6 @@ def test_recompiles_are_reported_not_fixed(result):
     assert (result.remaining, report.exit_code(result, applied=True)) == (1, 1)
 
 
-@SHARED
 def test_text_json_sarif_github(result, folder):
     text = [report.diagnostic(f, display=lambda p: p.name) for f in result.findings]
     assert text[0].startswith(f"counter.py:{_line(folder, 'counter.py', 'def forward')}:5: RC100 `forward` hit")
@@ -114,7 +107,6 @@ def test_text_json_sarif_github(result, folder):
     assert any(ln.startswith("::error ") and "title=RC100" in ln for ln in github)
 
 
-@SHARED
 def test_html_report(result):
     page = html_report.render(result, summary=report.summary(result, applied=False))
     assert "<title>gbfix fix: 0 graph breaks, 8 recompile sites</title>" in page

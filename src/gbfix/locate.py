@@ -32,17 +32,21 @@ def innermost_in(stack: tuple[Frame, ...], targets: set[Path]) -> tuple[Path, Fr
     return None
 
 
+def own_frame_at(brk: Break, path: Path) -> int | None:
+    """Index in the break's stack of the innermost frame in the file ``path``; None if none is."""
+    return max((i for i, f in enumerate(brk.stack) if Path(os.path.realpath(f.file)) == path), default=None)
+
+
 def library_leaf(brk: Break, path: Path) -> tuple[str, int] | None:
     """(file, line) of the innermost frame below ``path``'s that lies in a library,
     not torch's nor the standard library's; None when the break is in ``path`` itself.
 
     Several breaks inside a library reached from one call of the user's (``model(x)``)
     share the user's frame: this tells them apart."""
-    frames = brk.stack
-    mine = [i for i, f in enumerate(frames) if Path(os.path.realpath(f.file)) == path]
-    if not mine:
+    mine = own_frame_at(brk, path)
+    if mine is None:
         return None
-    for frame in reversed(frames[mine[-1] + 1 :]):
+    for frame in reversed(brk.stack[mine + 1 :]):
         if frame.file.endswith(".py") and not torch_or_stdlib(frame.file):
             return os.path.realpath(frame.file), frame.line
     return None

@@ -25,6 +25,7 @@ import libcst as cst
 from libcst.metadata import BuiltinAssignment, FunctionScope
 
 from gbfix import generated
+from gbfix.locate import ParsedFile
 from gbfix.recipes.base import Decline, SiteContext
 from gbfix.recipes.tree import param_names, walk
 from gbfix.recipes.vocabulary import ALIASING
@@ -45,7 +46,12 @@ def qualified_names(ctx: SiteContext, node: cst.CSTNode) -> set[str]:
 
 def global_bindings(ctx: SiteContext, name: str) -> list[cst.CSTNode]:
     """The nodes that bind ``name`` in the module's global scope."""
-    scope = ctx.file.scopes.get(ctx.module)
+    return bindings_in(ctx.file, name)
+
+
+def bindings_in(parsed: ParsedFile, name: str) -> list[cst.CSTNode]:
+    """The nodes that bind ``name`` in the global scope of ``parsed`` (any file, not only the site's)."""
+    scope = parsed.scopes.get(parsed.module)
     return [] if scope is None else [a.node for a in scope[name] if not isinstance(a, BuiltinAssignment)]
 
 

@@ -50,12 +50,12 @@ entries, non-constant dict keys, and a leaf twice.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import libcst as cst
 from libcst.metadata import Assignment
 
+from gbfix.locate import own_frame_at
 from gbfix.recipes.analysis import call_at, qualified_names
 from gbfix.recipes.base import Recipe, Replacement, SiteContext
 from gbfix.recipes.tree import variables, walk
@@ -120,9 +120,8 @@ class DeepcopyToClone(Recipe):
         called the tensor's ``__deepcopy__``. Deeper (``_deepcopy_list``, ...) means a
         container holding tensors was copied."""
         stack = ctx.site.brk.stack
-        here = str(ctx.site.path)
-        mine = [i for i, f in enumerate(stack) if os.path.realpath(f.file) == here]
-        below = stack[mine[-1] + 1 :] if mine else stack
+        mine = own_frame_at(ctx.site.brk, ctx.site.path)
+        below = stack if mine is None else stack[mine + 1 :]
         if not below:  # no frames below given: judge by the source alone
             return True
         return len(below) == 1 and Path(below[0].file).name == "copy.py" and below[0].name == "deepcopy"
@@ -254,9 +253,8 @@ class DeepcopyContainerToClones(Recipe):
     def _inside_copy(ctx: SiteContext) -> bool:
         """Every frame below the user's call is in ``copy.py`` (none: GB0179 before 2.13)."""
         stack = ctx.site.brk.stack
-        here = str(ctx.site.path)
-        mine = [i for i, f in enumerate(stack) if os.path.realpath(f.file) == here]
-        below = stack[mine[-1] + 1 :] if mine else stack
+        mine = own_frame_at(ctx.site.brk, ctx.site.path)
+        below = stack if mine is None else stack[mine + 1 :]
         return all(Path(f.file).name == "copy.py" for f in below)
 
     @staticmethod

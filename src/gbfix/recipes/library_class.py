@@ -130,7 +130,7 @@ from libcst.metadata import FunctionScope, QualifiedNameSource
 
 from gbfix import edits, recipes
 from gbfix.errors import GbfixError
-from gbfix.locate import Locator, ParsedFile, torch_or_stdlib
+from gbfix.locate import Locator, ParsedFile, own_frame_at, torch_or_stdlib
 from gbfix.recipes.analysis import call_at, global_bindings, module_name, qualified_names
 from gbfix.recipes.base import Decline, Recipe, Replacement, SiteContext
 from gbfix.recipes.layout import add_helpers, blank_lines_before
@@ -235,16 +235,15 @@ class LibraryClassUnsafe(_LibraryClass):
 def _library_frame(ctx: SiteContext) -> tuple[int, int]:
     """Indexes in the break's stack of the user's frame and of the library frame it calls."""
     stack = ctx.site.brk.stack
-    here = str(ctx.site.path)
-    mine = [i for i, f in enumerate(stack) if os.path.realpath(f.file) == here]
-    if not mine:
+    mine = own_frame_at(ctx.site.brk, ctx.site.path)
+    if mine is None:
         raise Decline("the site's frame is not in the stack")
-    j = mine[-1] + 1
+    j = mine + 1
     while j < len(stack) and _machinery(stack[j]):
         j += 1
     if j >= len(stack) or not stack[j].file.endswith(".py"):
         raise Decline("no Python frame below the user's call")
-    return mine[-1], j
+    return mine, j
 
 
 def _machinery(frame: Frame) -> bool:
@@ -689,8 +688,7 @@ def _moved_frame(lib: ParsedFile, method: cst.FunctionDef, frame: Frame, source:
 
 def _patch(ctx: SiteContext, safety: Safety) -> cst.Module:
     stack = ctx.site.brk.stack
-    here = str(ctx.site.path)
-    user_at = max((i for i, f in enumerate(stack) if os.path.realpath(f.file) == here), default=None)
+    user_at = own_frame_at(ctx.site.brk, ctx.site.path)
     if user_at is None:
         raise Decline("the site's frame is not in the stack")
     lib_at, path, lib, owner, method = _innermost_method(stack, user_at)

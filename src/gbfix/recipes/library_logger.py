@@ -37,11 +37,10 @@ import os
 from pathlib import Path
 
 import libcst as cst
-from libcst.metadata import BuiltinAssignment
 
 from gbfix import generated
-from gbfix.locate import ParsedFile, torch_or_stdlib
-from gbfix.recipes.analysis import module_name
+from gbfix.locate import own_frame_at, torch_or_stdlib
+from gbfix.recipes.analysis import bindings_in, module_name
 from gbfix.recipes.base import Decline, Recipe, SiteContext
 from gbfix.recipes.config_route import last_import, program_start
 from gbfix.recipes.leaf_helpers import LEAF_LOGGER, LOGGER_METHODS
@@ -63,7 +62,7 @@ class LibraryLogger(Recipe):
         self._call = f"{LEAF_LOGGER.name}({args})"
         if self._call in home.module.code:
             return None  # bound there already
-        if _binds_otherwise(home, LEAF_LOGGER.name, (cst.FunctionDef, cst.ImportFrom)):
+        if any(not isinstance(n, (cst.FunctionDef, cst.ImportFrom)) for n in bindings_in(home, LEAF_LOGGER.name)):
             raise Decline(f"`{LEAF_LOGGER.name}` is bound to something else in {home.source.path.name}")
         self._libmod = libmod
         self.into = None if home is ctx.file else home
@@ -86,8 +85,7 @@ def _library_logger(ctx: SiteContext) -> tuple[str, str]:
     """The dotted module and the logger global of the innermost library frame below the
     user's frames that calls a logging method on its module's logger."""
     stack = ctx.site.brk.stack
-    here = str(ctx.site.path)
-    user_at = max((i for i, f in enumerate(stack) if os.path.realpath(f.file) == here), default=None)
+    user_at = own_frame_at(ctx.site.brk, ctx.site.path)
     if user_at is None:
         raise Decline("the site's frame is not in the stack")
     for frame in reversed(stack[user_at + 1 :]):
@@ -136,14 +134,6 @@ def _logging_calls(path: str, stamp: tuple[int, int]) -> tuple[frozenset[str], t
         and node.func.attr in LOGGER_METHODS
     )
     return frozenset(loggers), calls
-
-
-def _binds_otherwise(home: ParsedFile, name: str, kinds: tuple[type[cst.CSTNode], ...]) -> bool:
-    """``name`` is bound in ``home``'s global scope by a node other than of ``kinds``."""
-    scope = home.scopes.get(home.module)
-    return scope is not None and any(
-        not isinstance(a.node, kinds) for a in scope[name] if not isinstance(a, BuiltinAssignment)
-    )
 
 
 RECIPES = (LibraryLogger,)
