@@ -5,6 +5,8 @@ warns and logs what the original does uncompiled, and no global's name travels a
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -35,6 +37,15 @@ MODULE = textwrap.dedent('''\
         warnings.warn(f"rows {x.shape[0]}", FutureWarning, stacklevel=2)
         logger.warning("sizes %s of %s", sizes, x)
         return x + 1
+
+
+    def settle(x, sizes):
+        for _ in range(2):
+            if x.sum() > 0:  # data-dependent, in a loop: Dynamo leaves this frame to eager
+                x = x - 1
+        warnings.warn("settled", LegacyWarning)
+        logger.warning("settled at %s", sizes)
+        return x
 ''')
 
 # Runs the module's step compiled (fullgraph: any break fails) or not, and prints what it warned and logged.
@@ -46,7 +57,9 @@ DRIVER = textwrap.dedent('''\
     handler = logging.Handler()
     handler.emit = lambda r: records.append([r.name, r.levelname, r.getMessage()])
     logging.getLogger("model").addHandler(handler)
-    fn = torch.compile(model.step, backend="eager", fullgraph=True) if sys.argv[1] == "compiled" else model.step
+    fn = getattr(model, sys.argv[2])
+    if sys.argv[1] == "compiled":
+        fn = torch.compile(fn, backend="eager", fullgraph=sys.argv[2] == "step")
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         for _ in range(2):
@@ -62,7 +75,9 @@ def _rewrite(source: str, path: Path) -> str:
     for recipe, needle, code in (
         (WarnToLeaf, "warnings.warn(\"legacy", "GB0007"),
         (WarnToLeaf, "warnings.warn(f\"rows", "GB0007"),
-        (LoggerToLeaf, "logger.warning(", "GB0291"),
+        (LoggerToLeaf, "logger.warning(\"sizes", "GB0291"),
+        (WarnToLeaf, "warnings.warn(\"settled", "GB0007"),
+        (LoggerToLeaf, "logger.warning(\"settled", "GB0291"),
     ):
         out = rewrite_line(source, recipe, needle, code, capabilities=ALL_CAPABILITIES, path=path)
         assert out is not None, needle
@@ -77,19 +92,25 @@ def package(tmp_path_factory):
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "model.py").write_text(MODULE)
-    original = _run(root, "eager")
+    original, settled = _run(root, "eager"), _run(root, "compiled", "settle")
     rewritten = _rewrite(MODULE, pkg / "model.py")
     (pkg / "model.py").write_text(rewritten)
     for path, data in generated.complete({pkg / "model.py": rewritten.encode()}).items():
         path.write_bytes(data)
-    return {"rewritten": rewritten, "original": original, "compiled": _run(root, "compiled"), "eager": _run(root, "eager")}
+    return {
+        "rewritten": rewritten, "original": original, "compiled": _run(root, "compiled"), "eager": _run(root, "eager"),
+        "settled": settled, "settled_rewritten": _run(root, "compiled", "settle"),
+    }
 
 
-def _run(root: Path, mode: str) -> dict:
+def _run(root: Path, mode: str, function: str = "step") -> dict:
     (root / "driver.py").write_text(DRIVER)
-    proc = subprocess.run([sys.executable, "driver.py", mode], cwd=root, capture_output=True, text=True, timeout=300, check=False)
+    env = dict(os.environ, TORCH_LOGS="graph_breaks")
+    proc = subprocess.run([sys.executable, "driver.py", mode, function], cwd=root, capture_output=True, text=True, timeout=300, check=False, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.splitlines()[-1])
+    # where Dynamo broke: (file name, the line's text)
+    breaks = {(Path(f).name, Path(f).read_text().splitlines()[int(n) - 1].strip()) for f, n in re.findall(r"Graph break .*in user code at (\S+):(\d+)", proc.stderr)}
+    return dict(json.loads(proc.stdout.splitlines()[-1]), breaks=sorted(breaks))
 
 
 def test_the_module_builds_one_helper_per_category_and_logger(package):
@@ -122,5 +143,14 @@ def test_uncompiled_the_rewritten_module_behaves_the_same(package):
     eager, original = package["eager"], package["original"]
     assert eager["logs"] == original["logs"]
     assert [w[:2] for w in eager["warnings"]] == [w[:2] for w in original["warnings"]]
-    assert eager["warnings"][0] == original["warnings"][0]
-    # (a stacklevel above 1 counts the leaf function's own wrapper frames, compiled or not)
+    # uncompiled, the helpers warn from the caller's line, stacklevel included
+    assert eager["warnings"] == original["warnings"]
+
+
+def test_called_from_a_frame_dynamo_leaves_to_eager_the_helpers_do_not_break(package):
+    # The leaf function's own frame, called eagerly, would be compiled and break at the
+    # warning and the logger (torch 2.13); the helpers call them directly there instead.
+    before, after = package["settled"], package["settled_rewritten"]
+    assert after["logs"] == before["logs"] == [["model", "WARNING", "settled at [3, 4]"]] * 2
+    assert [w[:2] for w in after["warnings"]] == [w[:2] for w in before["warnings"]] == [["LegacyWarning", "settled"]] * 2
+    assert before["breaks"] == after["breaks"] == [("model.py", "if x.sum() > 0:  # data-dependent, in a loop: Dynamo leaves this frame to eager")]

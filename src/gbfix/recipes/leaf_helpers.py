@@ -48,7 +48,16 @@ def gbfix_warn_leaf(category):
     def _(message, stacklevel=1):
         return None
 
-    return gbfix_warn_leaf_call
+    def gbfix_warn_leaf_or_warn(message, stacklevel=1):
+        # Traced, the leaf function; run as plain Python (in a frame Dynamo left to
+        # eager) the warning itself, from the caller's line: a leaf function called
+        # eagerly has its own frame compiled, which breaks at the warning.
+        if torch.compiler.is_compiling():
+            gbfix_warn_leaf_call(message, stacklevel)
+        else:
+            warnings.warn(message, category(), stacklevel + 1)
+
+    return gbfix_warn_leaf_or_warn
 ''', imports=(("warnings", None), ("torch", None)))
 
 LOG_LEAF = piece("gbfix_log_leaf", '''\
@@ -63,7 +72,16 @@ def gbfix_log_leaf(logger):
     def _(method, *args):
         return None
 
-    return gbfix_log_leaf_call
+    def gbfix_log_leaf_or_log(method, *args):
+        # Traced, the leaf function; run as plain Python (in a frame Dynamo left to
+        # eager) the logger's own call: a leaf function called eagerly has its own
+        # frame compiled, which breaks at the logger.
+        if torch.compiler.is_compiling():
+            gbfix_log_leaf_call(method, *args)
+        else:
+            getattr(logger(), method)(*args)
+
+    return gbfix_log_leaf_or_log
 ''')
 
 # A library's logger, seen from the user's side (library-logger): the library
