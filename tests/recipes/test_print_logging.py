@@ -592,8 +592,8 @@ def test_warn_rule_example():
     example = _rule("GB0007", "deprecation warning")
     after = rewrite_line(example.before, WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES)
     assert after == example.after
-    # the call names the category itself, and no line: the helper finds its caller's
-    assert 'instead", FutureWarning)\n' in after
+    # the call names the category and the stacklevel as before, and no line: the helper finds the frame
+    assert 'instead", FutureWarning, stacklevel=2)\n' in after
 
 
 def test_warn_rule_example_in_a_context_manager():
@@ -620,9 +620,13 @@ def test_warn_rule_example_with_values():
     "stmt, expected",
     [
         ('warnings.warn("m")', 'gbfix_warn("m")'),
-        ('warnings.warn("m", FutureWarning, 2)', 'gbfix_warn("m", FutureWarning)'),  # stacklevel dropped
-        ('warnings.warn("m", stacklevel=3)', 'gbfix_warn("m")'),
-        ('warnings.warn(category=DeprecationWarning, message="m", stacklevel=1)', 'gbfix_warn(category=DeprecationWarning, message="m")'),
+        ('warnings.warn("m", FutureWarning, 2)', 'gbfix_warn("m", FutureWarning, 2)'),  # the helper takes the stacklevel
+        ('warnings.warn("m", stacklevel=3)', 'gbfix_warn("m", stacklevel=3)'),
+        ('warnings.warn(category=DeprecationWarning, message="m", stacklevel=1)', 'gbfix_warn(category=DeprecationWarning, message="m", stacklevel=1)'),
+        # the warning names the frame the stacklevel names: the module's filters are the original's
+        ('warnings.warn("m", DeprecationWarning, stacklevel=2)', 'gbfix_warn("m", DeprecationWarning, stacklevel=2)'),
+        ('warnings.warn("m", PendingDeprecationWarning, 2)', 'gbfix_warn("m", PendingDeprecationWarning, 2)'),
+        ('warnings.warn("m", LegacyWarning, stacklevel=2)', 'gbfix_warn("m", LegacyWarning, stacklevel=2)'),
         ('warnings.warn("m", LegacyWarning)', 'gbfix_warn("m", LegacyWarning)'),
         ("warnings.warn('a' 'b', RuntimeWarning)", "gbfix_warn('a' 'b', RuntimeWarning)"),
         # the category as the call names it: Dynamo hands the class to the helper
@@ -633,7 +637,7 @@ def test_warn_rule_example_with_values():
             'warnings.warn(f"`{LegacyWarning.__name__}` is deprecated", FutureWarning)',
             'gbfix_warn(f"`{LegacyWarning.__name__}` is deprecated", FutureWarning)',
         ),
-        ('warnings.warn("m" + x, stacklevel=2)', 'gbfix_warn("m" + x)'),
+        ('warnings.warn("m" + x, stacklevel=2)', 'gbfix_warn("m" + x, stacklevel=2)'),
     ],
 )
 def test_warn_op_rewrites(stmt, expected):
@@ -670,7 +674,7 @@ def chunks(x, n):
     "needle, expected",
     [
         # a helper of the package: its arguments are known while Dynamo traces each caller
-        ("warnings.warn(f\"`{name}`", 'gbfix_warn(f"`{name}` is deprecated and will be removed in {version}. {message}", FutureWarning)'),
+        ("warnings.warn(f\"`{name}`", 'gbfix_warn(f"`{name}` is deprecated and will be removed in {version}. {message}", FutureWarning, stacklevel=2)'),
         # a context manager and a generator: Dynamo traces both
         ("warnings.warn(f\"legacy_scope", 'gbfix_warn(f"legacy_scope({name!r}) is deprecated", DeprecationWarning)'),
         ('warnings.warn("chunks()', 'gbfix_warn("chunks() is deprecated, use torch.chunk")'),
@@ -714,10 +718,7 @@ def test_a_second_helper_goes_after_the_first():
 def test_warn_op_keeps_a_multiline_call_layout():
     for stmt in ('warnings.warn(\n        "m",\n        FutureWarning,\n        stacklevel=2,\n    )', 'warnings.warn(\n        "m",\n        FutureWarning,\n    )'):
         out = rewrite_line(WARN_MODULE.replace("{stmt}", stmt), WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES)
-        assert '    gbfix_warn(\n        "m",\n        FutureWarning,\n    )\n' in out
-    stmt = 'warnings.warn("m", FutureWarning, stacklevel=2)'
-    out = rewrite_line(WARN_MODULE.replace("{stmt}", stmt), WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES)
-    assert '    gbfix_warn("m", FutureWarning)\n' in out
+        assert "    " + stmt.replace("warnings.warn(", "gbfix_warn(") + "\n" in out
 
 
 def test_warn_op_helper_and_imports():
@@ -738,9 +739,7 @@ def test_warn_op_helper_and_imports():
         "warnings.warn(x)",  # a parameter an uncompiled run did not show as text
         'warnings.warn(f"mean {x.mean():.3f} is large")',
         'warnings.warn(f"x is {x}")',
-        'warnings.warn("m", DeprecationWarning, stacklevel=2)',  # default filters decide by module
-        'warnings.warn("m", PendingDeprecationWarning, 2)',
-        'warnings.warn("m", LegacyWarning, stacklevel=2)',  # its default filter is not known here
+        'warnings.warn("m", FutureWarning, stacklevel=0)',  # names warnings.warn's own frame
         'warnings.warn("m", categories[0])',  # not a name: evaluated once, as before, but kept simple
         'warnings.warn("m", FutureWarning, stacklevel=x)',
         'warnings.warn("m", FutureWarning, source=x)',

@@ -67,22 +67,30 @@ def gbfix_print(fmt, *values):
         torch._higher_order_ops.print(fmt, *values)
 ''', needs=(OPS.name,))
 
-# The caller's file and line come from Dynamo's stack of the frames it traces
-# (print_bt, the public form of it). Where Dynamo compiles gbfix_warn as a frame
-# of its own (called from a frame it skipped), the caller runs uncompiled: the
-# body finds it on the Python stack.
+# The file and line a warning names (the caller's, or with a stacklevel a caller of
+# it) come from Dynamo's stack of the frames it traces (print_bt, the public form
+# of it). Where that frame is not among them (gbfix_warn compiled as a frame of its
+# own, called from a frame Dynamo skipped; a stacklevel reaching past the compiled
+# function), the body finds it at run time on the Python stack, counting up from
+# the frame it is known to be above.
 WARN = piece("gbfix_warn", '''\
 _gbfix_modules = {}  # filename -> its module's globals (its name and warning registry)
 
 
 def _gbfix_warn_body(where, message, sink):
     # warnings.warn at the caller's line, with that module's filters and registry.
-    category, filename, lineno = _gbfix_pinned[where]
-    if filename is None:  # gbfix_warn was compiled alone: its caller runs uncompiled
+    category, filename, at, up = _gbfix_pinned[where]  # `at`: a line, or with `up` a function
+    lineno = at
+    if up:  # `up` frames above the innermost running frame of function `at` of `filename`
         frame = sys._getframe()
-        while (frame.f_code.co_name, frame.f_code.co_filename) != ("gbfix_warn", __file__):
+        while frame is not None and (frame.f_code.co_filename, frame.f_code.co_name) != (filename, at):
             frame = frame.f_back
-        filename, lineno = frame.f_back.f_code.co_filename, frame.f_back.f_lineno
+        for _ in range(up):
+            frame = frame and frame.f_back
+        if frame is None:
+            filename, lineno = "sys", 1  # as warnings.warn names a stacklevel past the stack
+        else:
+            filename, lineno = frame.f_code.co_filename, frame.f_lineno
     if filename not in _gbfix_modules:
         found = [vars(m) for m in list(sys.modules.values()) if getattr(m, "__file__", None) == filename]
         _gbfix_modules[filename] = found[0] if found else {"__name__": filename.rsplit("/", 1)[-1].removesuffix(".py")}
@@ -97,26 +105,30 @@ _gbfix_warn_op = _gbfix_op("warn", "int where, str message", _gbfix_warn_body)
 
 
 def _gbfix_warn_place(ctx):
-    # Run by Dynamo: the category, and the caller's file and line from the frames
-    # Dynamo traces (innermost last, as '  File "f.py", line 9, in fn').
+    # Run by Dynamo: the category, and the file and line the warning names, from the
+    # frames Dynamo traces (innermost last, as '  File "f.py", line 9, in fn').
     stack = io.StringIO()
     ctx.parent().print_bt(file=stack)
-    frames = [line for line in stack.getvalue().splitlines() if line.startswith('  File "')]
-    filename, lineno = None, 0
-    if frames:
-        filename, rest = frames[-1][len('  File "') :].rsplit('", line ', 1)
-        lineno = int(rest.split(",", 1)[0])
-    _gbfix_pin(ctx, _gbfix_warn_op, (ctx.get_local("category").as_python_constant(), filename, lineno))
+    frames = [line[len('  File "') :] for line in stack.getvalue().splitlines() if line.startswith('  File "')]
+    frames = [(f.rsplit('", line ', 1)[0], *f.rsplit('", line ', 1)[1].split(", in ", 1)) for f in frames]
+    level = ctx.get_local("stacklevel").as_python_constant()
+    if level <= len(frames):
+        place = (frames[-level][0], int(frames[-level][1]), 0)
+    elif frames:  # a caller of the compiled function
+        place = (frames[0][0], frames[0][2], level - len(frames))
+    else:  # gbfix_warn is the frame compiled: its caller runs uncompiled
+        place = (__file__, "gbfix_warn", level)
+    _gbfix_pin(ctx, _gbfix_warn_op, (ctx.get_local("category").as_python_constant(), *place))
 
 
-def gbfix_warn(message, category=UserWarning):
-    # warnings.warn(message, category) at the caller's line, in compiled graphs
-    # (a message that is no text while tracing is warned here: Dynamo breaks).
+def gbfix_warn(message, category=UserWarning, stacklevel=1):
+    # warnings.warn(message, category, stacklevel) in compiled graphs (a message that
+    # is no text while tracing is warned here: Dynamo breaks).
     if torch.compiler.is_compiling() and type(message) is str:
         _gbfix_warn_op(-1, message, _gbfix_sink)
         torch._dynamo.comptime.comptime(_gbfix_warn_place)
     else:
-        warnings.warn(message, category, stacklevel=2)  # gbfix: ignore[GB0007] (uncompiled)
+        warnings.warn(message, category, stacklevel + 1)  # gbfix: ignore[GB0007] (uncompiled)
 ''', imports=(("io", None), ("sys", None), ("warnings", None), ("torch", None)), needs=(OPS.name,))
 
 # The logger's arguments reach the op by kind, as its schema types them: strings

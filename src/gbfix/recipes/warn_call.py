@@ -12,7 +12,7 @@ package's generated ``_gbfix.py``). Two helpers, the first preferred:
   library op that writes to a 0-element tensor (``op_helpers``), kept in order
   by inductor (``fullgraph=True`` and training included)::
 
-      warnings.warn("msg", FutureWarning, stacklevel=2)  ->  gbfix_warn("msg", FutureWarning)
+      warnings.warn("msg", FutureWarning, stacklevel=2)  ->  gbfix_warn("msg", FutureWarning, stacklevel=2)
       warnings.warn(f"`{name}` is deprecated")           ->  gbfix_warn(f"`{name}` is deprecated")
 
   The message may be an expression: the helper runs while Dynamo traces, and
@@ -29,19 +29,14 @@ package's generated ``_gbfix.py``). Two helpers, the first preferred:
   ``__warningregistry__``, as ``warnings.warn(..., stacklevel=1)`` at that line
   does. The file and line are read while Dynamo traces the helper (from
   Dynamo's own stack of the frames it traces), never written into the source:
-  lines added above the call later move the warning with it. Uncompiled, the
-  helper calls ``warnings.warn(message, category, stacklevel=2)``: the same
-  place. So a stacklevel is dropped: the warning points at the call's line,
-  not at a caller (under compile a stacklevel above 1 does not reach the
-  user's caller anyway: it lands in ``torch/nn/modules/module.py`` or
-  ``torch/_dynamo/eval_frame.py``). Message and category stay the same. The
-  default filters decide on some categories by module (``DeprecationWarning``
-  shows for ``__main__`` only), so a stacklevel above 1 is only taken with a
-  builtin category that no default filter names (``UserWarning``,
-  ``FutureWarning``, ...). In a helper whose ``stacklevel=2`` blames its caller
-  (``deprecate(name, version, msg)``), the warning points at the helper's line
-  instead: same text and category, another file and line on stderr, and one
-  registry entry for all callers.
+  lines added above the call later move the warning with it. A stacklevel is
+  kept (``gbfix_warn(msg, FutureWarning, stacklevel=2)``): the warning names the
+  frame that many levels up, read from the same stack, or, for a caller outside
+  the compiled function, found at run time on the Python stack above the
+  compiled function's frame: the place ``warnings.warn`` names uncompiled, where
+  the original, compiled, named a frame of torch's (``eval_frame.py``).
+  Uncompiled, the helper calls ``warnings.warn(message, category, stacklevel +
+  1)``: the same place.
 - ``warn-to-leaf``: a ``torch._dynamo.decorators.leaf_function`` that calls
   ``warnings.warn`` with the same message (any expression), category and
   stacklevel; it does not lower in inductor on torch 2.13, so the engine only
@@ -84,15 +79,6 @@ from gbfix.recipes.logging_call import (
 from gbfix.recipes.print_call import format_fields, has_fstring
 
 _PARAMS = ("message", "category", "stacklevel")
-# Builtin categories that no default filter names (DeprecationWarning is shown
-# for `__main__` only; PendingDeprecationWarning, ImportWarning and
-# ResourceWarning are ignored): the module a warning points at does not matter.
-_SHOWN_EVERYWHERE = frozenset(
-    {"Warning", "UserWarning", "FutureWarning", "RuntimeWarning"}
-    | {"SyntaxWarning", "UnicodeWarning", "BytesWarning", "EncodingWarning"}
-)
-
-
 class WarnRecipe(HelperRecipe):
     """A ``warnings.warn`` call with a message, a category and a literal stacklevel at most."""
 
@@ -148,25 +134,14 @@ class WarnToOp(WarnRecipe):
             why = not_text_or_number(ctx, value)
             if why:
                 raise Decline(f"{ctx.code(value)} {why}")
-        stacklevel, category = self._bound.get("stacklevel"), self._bound.get("category")
-        if stacklevel is not None and int(stacklevel.value.value, 0) > 1 and category is not None:
-            # The location moves to this module: keep it only where the default
-            # filters decide the same whatever module the location names.
-            name = category.value
-            if not (isinstance(name, cst.Name) and name.value in _SHOWN_EVERYWHERE and is_builtin(ctx, name)):
-                return None
+        stacklevel = self._bound.get("stacklevel")
+        if stacklevel is not None and int(stacklevel.value.value, 0) < 1:
+            return None  # warnings.warn names its own frame
         return call
 
     def reroute(self, call: cst.Call) -> cst.Call:
-        """The call with the helper's name and without its stacklevel, laid out as it was."""
-        stacklevel = self._bound.get("stacklevel")
-        args = list(call.args)
-        if stacklevel is not None:
-            at = args.index(stacklevel)
-            del args[at]
-            if at == len(args) and args:  # it was last: the new last argument ends the list as it did
-                args[-1] = args[-1].with_changes(comma=stacklevel.comma, whitespace_after_arg=stacklevel.whitespace_after_arg)
-        return call.with_changes(func=cst.Name(self.helper), args=args)
+        """The call with the helper's name: it takes warnings.warn's message, category and stacklevel."""
+        return call.with_changes(func=cst.Name(self.helper))
 
 
 class WarnToLeaf(LeafRecipe, WarnRecipe):
