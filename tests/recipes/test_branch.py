@@ -292,6 +292,58 @@ WHERE_CASES = {
             return out
         """,
     ),
+    # arms of the input's shape and dtype that are not elementwise: flip, roll, cumsum, softmax
+    "random flip in a transform's __call__": (
+        """
+        class Flip:
+            def __init__(self, p):
+                self.p = p
+
+            def __call__(self, img):
+                crop = img * 2
+                if torch.rand(1) < self.p:
+                    crop = crop.flip(-1)
+                return crop
+        """,
+        "torch.rand(1) < self.p",
+        """
+        class Flip:
+            def __init__(self, p):
+                self.p = p
+
+            def __call__(self, img):
+                crop = img * 2
+                crop = torch.where(torch.rand(1) < self.p, crop.flip(-1), crop)
+                return crop
+        """,
+    ),
+    "roll or cumsum, if/else": (
+        """
+        def f(x):
+            if x.mean() > 0:
+                x = x.roll(1, -1)
+            else:
+                x = x.cumsum(dim=-1)
+            return x
+        """,
+        "x.mean() > 0",
+        """
+        def f(x):
+            x = torch.where(x.mean() > 0, x.roll(1, -1), x.cumsum(dim=-1))
+            return x
+        """,
+    ),
+    "softmax in a conditional expression": (
+        """
+        def f(scores, t):
+            return scores.softmax(-1) if t.max() > 0 else scores.log_softmax(-1)
+        """,
+        "t.max() > 0",
+        """
+        def f(scores, t):
+            return torch.where(t.max() > 0, scores.softmax(-1), scores.log_softmax(-1))
+        """,
+    ),
 }
 
 
@@ -323,6 +375,8 @@ WHERE_DECLINES = {
     "elif with an impure test": ("if x.sum() > 0:\n        x = x * 2\n    elif print(x):\n        x = -x", "x.sum() > 0"),
     "elif assigns another name": ("if x.sum() > 0:\n        x = x * 2\n    elif n.sum() > 0:\n        n = -x", "x.sum() > 0"),
     "call on self in the arm": ("if x.sum() > 0:\n        x = self.norm(x)", "x.sum() > 0"),
+    "a transpose: another shape": ("if x.sum() > 0:\n        x = x.t()", "x.sum() > 0"),
+    "softmax to another dtype": ("if x.sum() > 0:\n        x = x.softmax(-1, dtype=torch.float64)", "x.sum() > 0"),
 }
 
 

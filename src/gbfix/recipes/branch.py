@@ -67,6 +67,9 @@ _ELEMENTWISE = {
     "square": (), "clone": (), "contiguous": (), "clamp": ("min", "max"),
     "clip": ("min", "max"), "clamp_min": (), "clamp_max": (), "masked_fill": ("mask", "value"),
     "nan_to_num": ("nan", "posinf", "neginf"), "add": ("alpha",), "sub": ("alpha",), "mul": (),
+    # not elementwise, but of the input's shape and dtype, with a finite derivative
+    "flip": ("dims",), "fliplr": (), "flipud": (), "roll": ("shifts", "dims"), "cumsum": ("dim",),
+    "tril": ("diagonal",), "triu": ("diagonal",), "softmax": ("dim",), "log_softmax": ("dim",),
 }
 _LIKE = {"zeros_like": (), "ones_like": (), "full_like": ("fill_value",)}  # torch.*_like(x, ...)
 
