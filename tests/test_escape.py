@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from gbfix import engine
+from gbfix.entry import parse as parse_entry
 from gbfix.escape import hatch
 from gbfix.records import Cause
 
@@ -34,3 +38,41 @@ def test_data_dependent_expression_without_a_code():
 def test_last_resort_names_the_cost():
     text = hatch(Cause(None, "SomethingNew", ""))
     assert "torch.compiler.disable" in text and "GB0098" in text
+
+
+LIBRARY = """\
+import torch
+
+
+def log_step(x):
+    torch._dynamo.graph_break()  # the library author's own
+    return x
+"""
+
+PROGRAM = """\
+import torch
+
+from steplib import log_step
+
+
+@torch.compile(backend="eager")
+def step(x):
+    y = x.sin()
+    y = log_step(y)
+    return y.cos()
+
+
+for _ in range(2):
+    print(step(torch.ones(3)).sum().item())
+"""
+
+
+def test_a_break_inside_a_library_call_says_where_it_is(tmp_path: Path):
+    # the graph_break() sits in a module gbfix may not edit: the advice is for the user's
+    # call, not "remove the graph_break() call" (which the user's line does not hold)
+    (tmp_path / "steplib.py").write_text(LIBRARY)
+    (tmp_path / "train.py").write_text(PROGRAM)
+    result = engine.fix([tmp_path / "train.py"], parse_entry("python train.py", tmp_path), engine.Options())
+    (left,) = [f for f in result.findings if f.code == "GB0025"]
+    assert left.line == 9 and left.status == "unfixed"
+    assert "by hand: the graph_break() is in steplib.py:5, which this line calls: move the call out of the compiled function" in left.detail

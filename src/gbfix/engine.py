@@ -751,7 +751,7 @@ class _Session:
                 unsafe = self.unsafe_available(site, locator, caps) if site and not self.opts.unsafe_fixes else None
                 status = "fixable-unsafe" if unsafe else "unfixed"
                 tried = reasons.get(key, self.ledger.no_recipe(key))
-                detail = self.left_over(tried, unsafe, escape.hatch(finding.brk.root) if finding.brk is not None else None)
+                detail = self.left_over(tried, unsafe, escape.hatch_at(finding.brk, self.targets) if finding.brk is not None else None)
             out.append(replace(finding, status=status, detail=detail))
         return sorted(out, key=lambda f: (str(f.path or ""), f.line, f.col or 0))
 

@@ -7,8 +7,11 @@ first hint from the installed registry, else the generic way out.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from gbfix import gbcodes
-from gbfix.records import Cause
+from gbfix.records import Break, Cause
 
 _ADVICE = {
     "GB0124": "read the number outside the compiled region and pass it in as a Python int/float, "
@@ -59,3 +62,22 @@ def hatch(cause: Cause) -> str:
         if text and not any(u in text.lower() for u in _UNHELPFUL):
             return text[0].lower() + text[1:]
     return _LAST_RESORT
+
+
+def hatch_at(brk: Break, targets: set[Path]) -> str:
+    """``hatch`` for the break, saying where it is when that is in code the line calls
+    (torch, a package): advice written for the breaking line (remove the
+    `graph_break()` call) would misread as advice for the user's own line."""
+    leaf = brk.leaf
+    if leaf is None or Path(os.path.realpath(leaf.file)) in targets:
+        return hatch(brk.root)
+    where = f"{_short(leaf.file)}:{leaf.line}"
+    if brk.root.code == "GB0025":  # a graph_break() someone else wrote: only the call can move
+        return f"the graph_break() is in {where}, which this line calls: {_LAST_RESORT}"
+    return f"it breaks in {where}, which this line calls: {hatch(brk.root)}"
+
+
+def _short(file: str) -> str:
+    """A library file as its import path shows it (`torch/optim/optimizer.py`)."""
+    head, sep, tail = file.rpartition("site-packages/")
+    return tail if sep else Path(file).name
