@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gbfix.locate import ParsedFile
-from gbfix.recipes.base import SiteContext
+from gbfix.recipes.base import Decline, SiteContext
 from gbfix.recipes.branch import (
     RECIPES,
     BranchDropShortcut,
@@ -23,7 +23,7 @@ from gbfix.recipes.branch import (
 from gbfix.records import Break, Cause, Frame, Site
 from gbfix.rules import RuleExample, parse
 from gbfix.sources import SourceFile
-from tests.helpers import ALL_CAPABILITIES, rewrite_at
+from tests.helpers import ALL_CAPABILITIES, rewrite_at, site_context
 
 RULE = Path(__file__).resolve().parents[2] / "rules" / "GB0170.md"
 
@@ -1749,3 +1749,17 @@ def test_where_says_when_a_call_in_the_arm_blocks_it():
     recipe = BranchToWhere()
     assert recipe.propose(SiteContext(at, parsed.node_at(line, col, end), parsed, ALL_CAPABILITIES)) is None
     assert recipe.declined is None
+
+
+def test_where_says_why_it_declines():
+    source = body(
+        """
+        def f(x, n):
+            if x.sum() > 0:
+                x = x.t()
+            return x
+        """
+    )
+    ctx = site_context(source, *site(source, "x.sum() > 0"), "GB0170")
+    with pytest.raises(Decline, match=r"`x.t\(\)` and `x` are not shown to be one tensor's shape and dtype"):
+        BranchToWhere().propose(ctx)

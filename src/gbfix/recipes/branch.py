@@ -599,27 +599,35 @@ def _same_constructor(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
     return same and len(keywords) == len(ka) and "dtype" in keywords
 
 
-def _where_ok(
+def _where_why(
     ctx: SiteContext,
     at: cst.CSTNode,
     a: cst.BaseExpression,
     b: cst.BaseExpression,
     temps: Set[str] = frozenset(),
     proven: bool = True,
-) -> bool:
-    """Both arms of `torch.where(cond, a, b)` are evaluated, broadcast and promoted:
-    they must be pure, bound (before ``at``, or as ``temps`` of the arm), and of
-    one tensor's shape and dtype (``proven``; else only free of singular gradients)."""
+) -> str | None:
+    """Why `torch.where(cond, a, b)` may not stand for the branch, or None. Both arms
+    are evaluated, broadcast and promoted: they must be pure, bound (before ``at``, or
+    as ``temps`` of the arm), and of one tensor's shape and dtype (``proven``; else
+    only free of singular gradients)."""
     if not (pure(a) and pure(b)):
-        return False
+        return "an arm calls something that may have effects or draw random numbers: torch.where runs both arms"
     scope = scope_of(ctx, at)
     if proven and not (_same_constructor(a, b) or any(tensor_evidence(root, scope) for root in _like(a) & _like(b))):
-        return False
+        return (
+            f"`{ctx.code(a)}` and `{ctx.code(b)}` are not shown to be one tensor's shape and dtype"
+            " (torch.where would broadcast and promote them)"
+        )
     if not proven and not (_grad_safe(a) and _grad_safe(b) and (_tensor_arm(a, scope) or _tensor_arm(b, scope))):
-        return False
-    if not all(n in temps or bound_before(ctx, n, at) for n in variable_names(a) | variable_names(b)):
-        return False
-    return not any(mutated(scope, n, augmented=proven) for n in (name_of(a), name_of(b)) if n)
+        return "an arm has a singular gradient or no sign of a tensor"
+    unbound = sorted(n for n in variable_names(a) | variable_names(b) if n not in temps and not bound_before(ctx, n, at))
+    if unbound:
+        return f"`{unbound[0]}` is not bound on both paths before the `if`"
+    updated = [n for n in (name_of(a), name_of(b)) if n and mutated(scope, n, augmented=proven)]
+    if updated:
+        return f"`{updated[0]}` is updated in place: torch.where makes a new tensor"
+    return None
 
 
 # Calls whose derivative is finite everywhere: on torch.where's unselected arm a zero
@@ -739,8 +747,9 @@ class BranchToWhere(BranchRecipe):
         node, test = found
         if isinstance(node, cst.IfExp):
             a, b = node.body, node.orelse
-            if not _where_ok(ctx, node, a, b, proven=self.proven):
-                return None
+            why = _where_why(ctx, node, a, b, proven=self.proven)
+            if why:
+                raise Decline(why)
             where: cst.BaseExpression = make_call("torch.where", test.tensor, a, b)
             if test.prefix is not None:  # `a if P and c else b` -> `where(c, a, b) if P else b`
                 where = cst.IfExp(test=test.prefix, body=where, orelse=b) if test.kind == "and" else cst.IfExp(
@@ -767,8 +776,9 @@ class BranchToWhere(BranchRecipe):
             other = _else_value(ctx, node, target)
             if other is None or mutated(scope_of(ctx, node), target, augmented=self.proven):
                 return None
-            if not _where_ok(ctx, node, assign.value, other, proven=self.proven):
-                return None
+            why = _where_why(ctx, node, assign.value, other, proven=self.proven)
+            if why:
+                raise Decline(why)
             smalls: list[cst.BaseSmallStatement] | None = [
                 assign.with_changes(value=make_call("torch.where", test.tensor, assign.value, other))
             ]
@@ -808,8 +818,9 @@ def _where_steps(
             temps.add(target)
             steps.append(a)
         else:
-            if not _where_ok(ctx, node, value, cst.Name(target), temps, proven) or mutated(scope, target, augmented=proven):
-                return None
+            why = _where_why(ctx, node, value, cst.Name(target), temps, proven)
+            if why or mutated(scope, target, augmented=proven):
+                raise Decline(why or f"`{target}` is updated in place: torch.where makes a new tensor")
             steps.append(a.with_changes(value=make_call("torch.where", cond, value, cst.Name(target))))
     return steps if len(steps) > len(temps) else None
 
