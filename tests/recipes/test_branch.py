@@ -292,6 +292,32 @@ WHERE_CASES = {
             return out
         """,
     ),
+    # a chained comparison is an `and` of its pairs, the middle (pure) read twice
+    "chained comparison": (
+        """
+        def f(x, lo, hi):
+            if lo <= x.mean() <= hi:
+                x = x * 2
+            return x
+        """,
+        "lo <= x.mean() <= hi",
+        """
+        def f(x, lo, hi):
+            x = torch.where(torch.logical_and(lo <= x.mean(), x.mean() <= hi), x * 2, x)
+            return x
+        """,
+    ),
+    "chained comparison in a conditional expression": (
+        """
+        def f(x, t):
+            return x.abs() if 0 < t.max() < 1 else x
+        """,
+        "0 < t.max() < 1",
+        """
+        def f(x, t):
+            return torch.where(torch.logical_and(0 < t.max(), t.max() < 1), x.abs(), x)
+        """,
+    ),
     # arms of the input's shape and dtype that are not elementwise: flip, roll, cumsum, softmax
     "random flip in a transform's __call__": (
         """
@@ -367,7 +393,7 @@ WHERE_DECLINES = {
     "target not bound": ("if x.sum() > 0:\n        z = x * 2", "x.sum() > 0"),
     "target bound only conditionally": ("if n:\n        z = x\n    if x.sum() > 0:\n        z = x * 2", "x.sum() > 0"),
     "else assigns another name": ("if x.sum() > 0:\n        x = x * 2\n    else:\n        n = n * 2", "x.sum() > 0"),
-    "chained comparison": ("if 0 < x.sum() < 10:\n        x = x * 2", "0 < x.sum() < 10"),
+    "chained comparison with an impure middle": ("if 0 < x.sum().item() < 10:\n        x = x * 2", "0 < x.sum().item() < 10"),
     "no sign x is a tensor": ("if n.sum() > 0:\n        x = x * 2", "n.sum() > 0"),
     "later in-place update": ("if x.sum() > 0:\n        x = x * 2\n    x.add_(1)", "x.sum() > 0"),
     "later augmented assignment": ("if x.sum() > 0:\n        x = x.abs()\n    x += n", "x.sum() > 0"),

@@ -232,8 +232,24 @@ def tensor_cond(expr: cst.BaseExpression, known: bool) -> cst.BaseExpression | N
         return make_call(f"torch.logical_{op}", left, right)
     if isinstance(expr, cst.Comparison):
         ops = (cst.LessThan, cst.GreaterThan, cst.LessThanEqual, cst.GreaterThanEqual, cst.Equal, cst.NotEqual)
-        if len(expr.comparisons) != 1 or not isinstance(expr.comparisons[0].operator, ops):
-            return None  # chained `a < t < b` is an `and`; `is` / `in` are not elementwise
+        if not all(isinstance(c.operator, ops) for c in expr.comparisons):
+            return None  # `is` / `in` are not elementwise
+        if len(expr.comparisons) > 1:
+            # `lo <= t <= hi` is `lo <= t and t <= hi`, the middle read twice: it must be pure
+            if not pure(expr):
+                return None
+            parts = [expr.left, *(c.comparator for c in expr.comparisons)]
+            pairs = [
+                cst.Comparison(left=_bare(a), comparisons=[c.with_changes(comparator=_bare(b))])
+                for a, b, c in zip(parts, parts[1:], expr.comparisons)
+            ]
+            conds = [tensor_cond(pair, known) for pair in pairs]
+            if any(c is None for c in conds):
+                return None
+            out = conds[0]
+            for c in conds[1:]:
+                out = make_call("torch.logical_and", out, c)
+            return out
         return expr if known or contains(expr, cst.Call, _tensor_valued) else None
     if known:
         return expr
