@@ -19,6 +19,7 @@ _MODULES = (
     "logging_call",
     "warn_call",
     "scalar",
+    "item_branch",  # a scalar read that an `if` tests: item-to-tensor and branch-to-where as one edit
     "numpy_scalar",  # numpy math on Python numbers: the math module's, so no tensor reaches a Python test
     "guarded_index",  # `a[i] if i >= 0 else b` with a tensor index: torch.where over a clamped index
     "branch",

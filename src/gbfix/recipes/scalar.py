@@ -640,7 +640,8 @@ class ItemToTensor(Recipe):
         if _FILL in partners and chained:
             return None  # `.double()` would make an int's fill a float
         self._new = self._as_tensor(
-            call, source, zero_dim=f.zero_dim(source), double=chained, snapshot=not (f.fresh(source) or quiet)
+            call, source, zero_dim=f.zero_dim(source), double=chained or self.double_for(partners),
+            snapshot=not (f.fresh(source) or quiet),
         )
         return call
 
@@ -804,10 +805,21 @@ class ItemToTensor(Recipe):
         for ref in assignment.references:
             climbed = self._climb(f, ref.node, is_float) if isinstance(ref.node, cst.Name) else None
             partner = None if climbed is None else self._feeds_tensor(f, climbed[0])
-            if partner is None:
+            if partner is None and isinstance(ref.node, cst.Name):
+                partner = self.branch_use(f, ref.node, assign, is_float)
+                climbed = (ref.node, False, is_float)
+            if partner is None or climbed is None:
                 return None
             uses.append((ref.node, climbed[1], partner))
         return uses or None
+
+    def branch_use(self, f: _Facts, name: cst.Name, assign: cst.Assign, is_float: bool) -> str | None:
+        """The partner of a use that feeds no tensor op (item-then-where takes an `if` test's); None: declined."""
+        return None
+
+    def double_for(self, partners: set[str]) -> bool:
+        """Whether the uses' partners need the read in float64 besides literal arithmetic."""
+        return False
 
     @staticmethod
     def _evaluated_after(f: _Facts, top: cst.BaseExpression) -> list[cst.CSTNode]:
