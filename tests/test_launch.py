@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from gbfix.detect import Prober, RunFailed, warm_worker
+from gbfix import engine
+from gbfix.detect import Prober, RunFailed, shared_workers, warm_worker
 from gbfix.entry import parse
 from tests.helpers import processes_in
 
@@ -48,6 +49,14 @@ SCRIPT = textwrap.dedent(
             sys.exit(3)
     """
 )
+
+
+@pytest.fixture(autouse=True)
+def own_workers():
+    """These tests look at a worker of one gbfix run (its process, its failures): not one
+    kept for the whole test session (but for the module-scoped prober, set up before)."""
+    with shared_workers(False):
+        yield
 
 
 def _warm_prober(entry, workdir, timeout: float) -> Prober:
@@ -224,3 +233,43 @@ def test_a_worker_that_cannot_start_leaves_runs_to_fresh_interpreters_and_says_s
         assert prober.notes and "fresh interpreter" in prober.notes[0] and "did not start" in prober.notes[0]
     finally:
         prober.close()
+
+
+SHARED_SCRIPT = textwrap.dedent(
+    """
+    import torch
+
+    import helper
+
+    {setting}
+
+
+    @torch.compile(backend="eager")
+    def f(x):
+        return x * x.sum().item() * helper.SCALE  # GB0124 unless scalar outputs are captured
+
+
+    print(f(torch.ones(3)).tolist(), helper.SCALE)
+    """
+)
+
+
+def test_gbfix_runs_sharing_a_kept_worker_see_nothing_of_each_other(tmp_path):
+    # The first program changes Dynamo's config, imports its own `helper` and compiles `f`;
+    # the second, forked from the same worker, must see none of it: its `.item()` breaks
+    # (the default config), its own helper is imported and its `f` compiles anew.
+    programs = []
+    for name, setting, scale in (("a", "torch._dynamo.config.capture_scalar_outputs = True", 2), ("b", "", 3)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "ex.py").write_text(SHARED_SCRIPT.format(setting=setting))
+        (tmp_path / name / "helper.py").write_text(f"SCALE = {scale}\n")
+        programs.append((tmp_path / name / "ex.py", parse("python ex.py", tmp_path / name)))
+    with shared_workers():
+        leases = [warm_worker(entry, 60) for _, entry in programs]
+        first, second = (engine.fix([script], entry, worker=lease) for (script, entry), lease in zip(programs, leases))
+        assert leases[0].worker is leases[1].worker and leases[1].worker.proc.poll() is None  # one worker, still up
+        assert not any("fresh interpreter" in note for note in (*first.notes, *second.notes))  # both forked from it
+    assert first.baseline.stdout == "[6.0, 6.0, 6.0] 2\n" and first.findings == ()
+    assert second.baseline.stdout == "[9.0, 9.0, 9.0] 3\n"
+    assert "GB0124" in {f.code for f in second.findings}
+    assert leases[0].worker.proc is None  # stopped with the shared workers
