@@ -273,3 +273,26 @@ def test_gbfix_runs_sharing_a_kept_worker_see_nothing_of_each_other(tmp_path):
     assert second.baseline.stdout == "[9.0, 9.0, 9.0] 3\n"
     assert "GB0124" in {f.code for f in second.findings}
     assert leases[0].worker.proc is None  # stopped with the shared workers
+
+
+def test_a_kept_worker_serves_runs_of_its_environment_each_with_its_own_test_name(tmp_path, monkeypatch):
+    # pytest names the running test in the environment: not a reason for another worker,
+    # but each run sees its own gbfix run's value; any other difference is another worker.
+    (tmp_path / "ex.py").write_text("import os\nprint(os.environ['PYTEST_CURRENT_TEST'], os.environ.get('MARK'))\n")
+    entry = parse("python ex.py", tmp_path)
+    seen = []
+    with shared_workers():
+        for name, mark in (("first", None), ("second", None), ("third", "x")):
+            monkeypatch.setenv("PYTEST_CURRENT_TEST", name)
+            if mark:
+                monkeypatch.setenv("MARK", mark)
+            prober = Prober(entry, tmp_path / name, 60, worker=warm_worker(entry, 60))
+            try:
+                seen.append((prober.run(backend="none").stdout, prober.launcher.worker, prober.notes))
+            finally:
+                prober.close()
+        workers = [worker for _, worker, _ in seen]
+        assert workers[0] is workers[1] and workers[2] is not workers[0]
+        assert workers[0].proc is None and workers[2].proc.poll() is None  # the idle one of another environment stopped
+    assert [out for out, _, _ in seen] == ["first None\n", "second None\n", "third x\n"]
+    assert not any(notes for _, _, notes in seen)  # all forked
