@@ -301,7 +301,7 @@ class Shared:
     (every run is a child forked from it, in its own process group and folder), so
     one serves runs of any program, provided it was started as that run's would
     be: the same interpreter and environment (torch reads settings from it at
-    import). Servers run in an empty folder of their own, so that no program's
+    import), but for ``VOLATILE``. Servers run in an empty folder of their own, so that no program's
     files shadow what they import. One server is kept per environment; an idle
     one whose environment is no longer asked for is stopped. ``close`` stops all.
     """
