@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 import textwrap
 import time
@@ -296,3 +298,35 @@ def test_a_kept_worker_serves_runs_of_its_environment_each_with_its_own_test_nam
         assert workers[0].proc is None and workers[2].proc.poll() is None  # the idle one of another environment stopped
     assert [out for out, _, _ in seen] == ["first None\n", "second None\n", "third x\n"]
     assert not any(notes for _, _, notes in seen)  # all forked
+
+
+PARENT_DIES = textwrap.dedent(
+    """
+    import os
+    import sys
+    from pathlib import Path
+
+    from gbfix import launch
+    from gbfix.detect import Prober, warm_worker
+    from gbfix.entry import parse
+
+    # Killed right after asking for the run, while the worker still imports torch.
+    launch.Warm.receive = lambda self, deadline: os._exit(0)
+    entry = parse("python ex.py", Path.cwd())
+    Prober(entry, Path(sys.argv[1]), 60, worker=warm_worker(entry, 60)).start(backend="none")
+    """
+)
+
+
+def test_a_worker_whose_gbfix_is_gone_before_it_answers_stops_the_run_it_forked(tmp_path):
+    # Its answer has nowhere to go (a closed pipe): it must stop the run and end, not die
+    # of the broken pipe and leave the run (here, one that hangs) behind.
+    (tmp_path / "ex.py").write_text("import time\n\ntime.sleep(300)\n")
+    (tmp_path / "parent.py").write_text(PARENT_DIES)
+    work = tmp_path / "work"
+    subprocess.run([sys.executable, "parent.py", str(work)], cwd=tmp_path, check=True, timeout=60)
+    assert processes_in(tmp_path)  # the worker, importing torch
+    deadline = time.monotonic() + 120
+    while processes_in(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.2)  # it forks the run, finds its gbfix gone, and ends both
+    assert processes_in(tmp_path) == []
