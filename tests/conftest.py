@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from gbfix.detect import shared_workers
+
 FIXTURES = Path(__file__).parent / "fixtures"
 collect_ignore_glob = ["fixtures/*"]  # programs gbfix runs, not tests of gbfix
 # Each test sees what a run of gbfix does, not an earlier test's cached result
@@ -25,6 +27,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
         if any(d.scope == "module" for fixture in defs.values() for d in fixture):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_workers():
+    """The engine runs of this test process fork from warm workers kept from one test to
+    the next: torch's import and the worker's warm-up are paid once, not per test
+    (tests/test_launch.py checks that a run forked from a kept worker sees nothing of the
+    runs before it)."""
+    with shared_workers():
+        yield
 
 
 def run_gbfix(*args: str, cwd: Path, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 import textwrap
 import time
 
 import pytest
 
-from gbfix.detect import Prober, RunFailed, warm_worker
+from gbfix import engine
+from gbfix.detect import Prober, RunFailed, shared_workers, warm_worker
 from gbfix.entry import parse
 from tests.helpers import processes_in
 
@@ -48,6 +51,14 @@ SCRIPT = textwrap.dedent(
             sys.exit(3)
     """
 )
+
+
+@pytest.fixture(autouse=True)
+def own_workers():
+    """These tests look at a worker of one gbfix run (its process, its failures): not one
+    kept for the whole test session (but for the module-scoped prober, set up before)."""
+    with shared_workers(False):
+        yield
 
 
 def _warm_prober(entry, workdir, timeout: float) -> Prober:
@@ -224,3 +235,98 @@ def test_a_worker_that_cannot_start_leaves_runs_to_fresh_interpreters_and_says_s
         assert prober.notes and "fresh interpreter" in prober.notes[0] and "did not start" in prober.notes[0]
     finally:
         prober.close()
+
+
+SHARED_SCRIPT = textwrap.dedent(
+    """
+    import torch
+
+    import helper
+
+    {setting}
+
+
+    @torch.compile(backend="eager")
+    def f(x):
+        return x * x.sum().item() * helper.SCALE  # GB0124 unless scalar outputs are captured
+
+
+    print(f(torch.ones(3)).tolist(), helper.SCALE)
+    """
+)
+
+
+def test_gbfix_runs_sharing_a_kept_worker_see_nothing_of_each_other(tmp_path):
+    # The first program changes Dynamo's config, imports its own `helper` and compiles `f`;
+    # the second, forked from the same worker, must see none of it: its `.item()` breaks
+    # (the default config), its own helper is imported and its `f` compiles anew.
+    programs = []
+    for name, setting, scale in (("a", "torch._dynamo.config.capture_scalar_outputs = True", 2), ("b", "", 3)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "ex.py").write_text(SHARED_SCRIPT.format(setting=setting))
+        (tmp_path / name / "helper.py").write_text(f"SCALE = {scale}\n")
+        programs.append((tmp_path / name / "ex.py", parse("python ex.py", tmp_path / name)))
+    with shared_workers():
+        leases = [warm_worker(entry, 60) for _, entry in programs]
+        first, second = (engine.fix([script], entry, worker=lease) for (script, entry), lease in zip(programs, leases))
+        assert leases[0].worker is leases[1].worker and leases[1].worker.proc.poll() is None  # one worker, still up
+        assert not any("fresh interpreter" in note for note in (*first.notes, *second.notes))  # both forked from it
+    assert first.baseline.stdout == "[6.0, 6.0, 6.0] 2\n" and first.findings == ()
+    assert second.baseline.stdout == "[9.0, 9.0, 9.0] 3\n"
+    assert "GB0124" in {f.code for f in second.findings}
+    assert leases[0].worker.proc is None  # stopped with the shared workers
+
+
+def test_a_kept_worker_serves_runs_of_its_environment_each_with_its_own_test_name(tmp_path, monkeypatch):
+    # pytest names the running test in the environment: not a reason for another worker,
+    # but each run sees its own gbfix run's value; any other difference is another worker.
+    (tmp_path / "ex.py").write_text("import os\nprint(os.environ['PYTEST_CURRENT_TEST'], os.environ.get('MARK'))\n")
+    entry = parse("python ex.py", tmp_path)
+    seen = []
+    with shared_workers():
+        for name, mark in (("first", None), ("second", None), ("third", "x")):
+            monkeypatch.setenv("PYTEST_CURRENT_TEST", name)
+            if mark:
+                monkeypatch.setenv("MARK", mark)
+            prober = Prober(entry, tmp_path / name, 60, worker=warm_worker(entry, 60))
+            try:
+                seen.append((prober.run(backend="none").stdout, prober.launcher.worker, prober.notes))
+            finally:
+                prober.close()
+        workers = [worker for _, worker, _ in seen]
+        assert workers[0] is workers[1] and workers[2] is not workers[0]
+        assert workers[0].proc is None and workers[2].proc.poll() is None  # the idle one of another environment stopped
+    assert [out for out, _, _ in seen] == ["first None\n", "second None\n", "third x\n"]
+    assert not any(notes for _, _, notes in seen)  # all forked
+
+
+PARENT_DIES = textwrap.dedent(
+    """
+    import os
+    import sys
+    from pathlib import Path
+
+    from gbfix import launch
+    from gbfix.detect import Prober, warm_worker
+    from gbfix.entry import parse
+
+    # Killed right after asking for the run, while the worker still imports torch.
+    launch.Warm.receive = lambda self, deadline: os._exit(0)
+    entry = parse("python ex.py", Path.cwd())
+    Prober(entry, Path(sys.argv[1]), 60, worker=warm_worker(entry, 60)).start(backend="none")
+    """
+)
+
+
+def test_a_worker_whose_gbfix_is_gone_before_it_answers_stops_the_run_it_forked(tmp_path):
+    # Its answer has nowhere to go (a closed pipe): it must stop the run and end, not die
+    # of the broken pipe and leave the run (here, one that hangs) behind.
+    (tmp_path / "ex.py").write_text("import time\n\ntime.sleep(300)\n")
+    (tmp_path / "parent.py").write_text(PARENT_DIES)
+    work = tmp_path / "work"
+    subprocess.run([sys.executable, "parent.py", str(work)], cwd=tmp_path, check=True, timeout=60)
+    assert processes_in(tmp_path)  # the worker, importing torch
+    deadline = time.monotonic() + 120
+    while processes_in(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.2)  # it forks the run, finds its gbfix gone, and ends both
+    assert processes_in(tmp_path) == []

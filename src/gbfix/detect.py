@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from gbfix import generated
 from gbfix.entry import Entry
 from gbfix.errors import EntryError, GbfixError
 from gbfix.gbcodes import torch_dir
-from gbfix.launch import Fresh, Launched, Timeout, Warm, WorkerLost
+from gbfix.launch import Fresh, Launched, Lease, Shared, Timeout, Warm, WorkerLost
 from gbfix.records import Break, LogRecord, ObservedCall, Recompile, RunResult, WarningRecord
 
 DEFAULT_TIMEOUT = 900.0
@@ -48,14 +50,38 @@ def _run_env() -> dict[str, str]:
     }
 
 
-def warm_worker(entry: Entry, timeout: float = DEFAULT_TIMEOUT) -> Warm | None:
+_shared: Shared | None = None  # while ``shared_workers`` holds
+
+
+@contextlib.contextmanager
+def shared_workers(on: bool = True) -> Iterator[None]:
+    """Within: the gbfix runs of this process fork their runs from warm workers kept
+    from one run to the next (``launch.Shared``), not from one each: for a caller
+    that runs ``engine.fix`` many times (a test suite). They stop at the end.
+    ``on=False``: within, each gbfix run has a worker of its own again."""
+    global _shared
+    outer, mine = _shared, Shared() if on else None
+    _shared = mine
+    try:
+        yield
+    finally:
+        _shared = outer
+        if mine is not None:
+            mine.close()
+
+
+def warm_worker(entry: Entry, timeout: float = DEFAULT_TIMEOUT) -> Warm | Lease | None:
     """A warm worker for the runs of ``entry``, booting now: its import of torch goes on
-    while the caller does other work (gbfix loading its own modules). None without
-    torch (the Prober says so). Hand it to a ``Prober``, or ``close`` it."""
+    while the caller does other work (gbfix loading its own modules); within
+    ``shared_workers``, a lease on a kept one. None without torch (the Prober says
+    so). Hand it to a ``Prober``, or ``close`` it."""
     if torch_dir() is None:
         return None
     # The worker imports torch before its first fork: not a run, so not held to the run limit.
-    worker = Warm(entry.cwd, _run_env(), max(timeout, 300.0))
+    startup = max(timeout, 300.0)
+    if _shared is not None:
+        return _shared.lease(entry.cwd, _run_env(), startup)
+    worker = Warm(entry.cwd, _run_env(), startup)
     worker.boot()
     return worker
 
@@ -63,7 +89,7 @@ def warm_worker(entry: Entry, timeout: float = DEFAULT_TIMEOUT) -> Warm | None:
 class Prober:
     """Runs the entry in child processes; each run gets its own scratch folder."""
 
-    def __init__(self, entry: Entry, workdir: Path, timeout: float = DEFAULT_TIMEOUT, worker: Warm | None = None) -> None:
+    def __init__(self, entry: Entry, workdir: Path, timeout: float = DEFAULT_TIMEOUT, worker: Warm | Lease | None = None) -> None:
         """``worker``: fork the runs from this warm worker (``warm_worker``), which
         imported torch once (for many runs; a single run gains nothing); None: each
         run starts a fresh interpreter. Call ``close`` when done: it stops the worker too."""
@@ -77,7 +103,7 @@ class Prober:
         # A program that writes files runs one run at a time: two side by side would
         # clobber each other's checkpoint or log (set once the baseline shows it writes).
         self.one_at_a_time = False
-        self.launcher: Warm | Fresh = worker if worker is not None else Fresh(entry.cwd, _run_env())
+        self.launcher: Warm | Lease | Fresh = worker if worker is not None else Fresh(entry.cwd, _run_env())
 
     @property
     def notes(self) -> tuple[str, ...]:

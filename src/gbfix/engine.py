@@ -29,7 +29,7 @@ from gbfix import (
 from gbfix.detect import Pending, Prober, RunFailed, warm_worker
 from gbfix.entry import Entry
 from gbfix.errors import EntryError
-from gbfix.launch import Warm
+from gbfix.launch import Lease, Warm
 from gbfix.ledger import Finding, SiteLedger, Snapshot, message
 from gbfix.linemap import LineMap
 from gbfix.locate import Locator, library_leaf, owned_frame
@@ -95,7 +95,7 @@ class _Session:
     """One gbfix run: state shared by the rounds."""
 
     def __init__(
-        self, entry: Entry, targets: dict[Path, SourceFile], opts: Options, workdir: Path, progress, worker: Warm | None
+        self, entry: Entry, targets: dict[Path, SourceFile], opts: Options, workdir: Path, progress, worker: Warm | Lease | None
     ) -> None:
         self.entry, self.opts, self.progress = entry, opts, progress
         self.originals = targets
@@ -844,7 +844,7 @@ def fix(
     opts: Options = Options(),
     progress: Callable[[str], None] = lambda _: None,
     cache: bool = False,
-    worker: Warm | None = None,
+    worker: Warm | Lease | None = None,
 ) -> Result:
     """Find the breaks the entry hits in the target paths and compute verified edits.
 

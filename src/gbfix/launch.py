@@ -3,7 +3,9 @@
 A fresh ``python -m gbfix.child SPEC`` pays the import of torch, Dynamo and
 inductor (seconds) on every run. ``Warm`` keeps one ``gbfix.child.server``
 that imported them once and forks a child per run; it falls back to fresh
-interpreters, and says why, where forking is unsound or unavailable.
+interpreters, and says why, where forking is unsound or unavailable. ``Shared``
+keeps such servers from one gbfix run to the next in one process (a test suite,
+a tool that fixes many programs); each gbfix run holds a ``Lease`` on one.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -93,11 +96,12 @@ class Fresh:
     def __init__(self, cwd: Path, env: dict[str, str]) -> None:
         self.cwd, self.env = cwd, env
 
-    def start(self, spec: Path, stdout: Path, stderr: Path, extra_env: dict[str, str]) -> _Popen:
+    def start(self, spec: Path, stdout: Path, stderr: Path, extra_env: dict[str, str], cwd: Path | None = None) -> _Popen:
+        """``cwd``: the run's working directory, if not this launcher's."""
         with open(stdout, "wb") as out, open(stderr, "wb") as err:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "gbfix.child", str(spec)],
-                cwd=self.cwd,
+                cwd=cwd or self.cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
@@ -158,14 +162,15 @@ class Warm:
             return ()
         return (f"each run started a fresh interpreter (slower): {self.failed}",)
 
-    def start(self, spec: Path, stdout: Path, stderr: Path, extra_env: dict[str, str]):
+    def start(self, spec: Path, stdout: Path, stderr: Path, extra_env: dict[str, str], cwd: Path | None = None):
+        """``cwd``: the run's working directory, if not the worker's."""
         if self.failed is None:
             try:
-                return self._fork(spec, stdout, stderr, extra_env)
+                return self._fork(spec, stdout, stderr, extra_env, cwd or self.fresh.cwd)
             except (WorkerLost, Timeout, OSError) as e:
                 self.failed = str(e) or type(e).__name__
                 self.close()
-        return self.fresh.start(spec, stdout, stderr, extra_env)
+        return self.fresh.start(spec, stdout, stderr, extra_env, cwd)
 
     def boot(self) -> None:
         """Start the server now, so that its imports overlap what gbfix does next
@@ -189,11 +194,11 @@ class Warm:
             self.failed = f"the warm worker did not start: {e}"
             self.close()
 
-    def _fork(self, spec: Path, stdout: Path, stderr: Path, extra_env: dict[str, str]) -> _Forked:
+    def _fork(self, spec: Path, stdout: Path, stderr: Path, extra_env: dict[str, str], cwd: Path) -> _Forked:
         self.boot()
         if self.proc is None:
             raise WorkerLost(self.failed or "the warm worker did not start")
-        request = {"spec": str(spec), "stdout": str(stdout), "stderr": str(stderr), "cwd": str(self.fresh.cwd), "env": extra_env}
+        request = {"spec": str(spec), "stdout": str(stdout), "stderr": str(stderr), "cwd": str(cwd), "env": extra_env}
         assert self.proc.stdin is not None
         try:
             self.proc.stdin.write((json.dumps(request) + "\n").encode())
@@ -259,3 +264,75 @@ class Warm:
                     pipe.close()
         if self.log is not None:
             self.log.unlink(missing_ok=True)
+
+
+# Variables that change between runs of gbfix in one process and that nothing reads as it
+# imports (pytest names the test running in each): a shared worker's runs get the value of
+# their own gbfix run, and the worker is not keyed on it.
+VOLATILE = ("PYTEST_CURRENT_TEST",)
+
+
+class Lease:
+    """One gbfix run's use of a worker that ``Shared`` keeps: its runs fork from that
+    worker in the run's own folder, with the run's values of ``VOLATILE``; ``close``
+    leaves the worker to the next run."""
+
+    def __init__(self, worker: Warm, cwd: Path, env: dict[str, str]) -> None:
+        self.worker, self.cwd = worker, cwd
+        self.own_env = {name: env[name] for name in VOLATILE if name in env}
+        self.open = True
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return self.worker.notes
+
+    def start(self, spec: Path, stdout: Path, stderr: Path, extra_env: dict[str, str]):
+        return self.worker.start(spec, stdout, stderr, {**self.own_env, **extra_env}, self.cwd)
+
+    def close(self) -> None:
+        self.open = False
+
+
+class Shared:
+    """Warm workers kept from one gbfix run to the next in this process.
+
+    Each run of gbfix would otherwise start a server of its own and pay its import
+    of torch and its warm-up (seconds) again. A server never runs the user's code
+    (every run is a child forked from it, in its own process group and folder), so
+    one serves runs of any program, provided it was started as that run's would
+    be: the same interpreter and environment (torch reads settings from it at
+    import), but for ``VOLATILE``. Servers run in an empty folder of their own, so that no program's
+    files shadow what they import. One server is kept per environment; an idle
+    one whose environment is no longer asked for is stopped. ``close`` stops all.
+    """
+
+    def __init__(self) -> None:
+        self.folder: Path | None = None  # made with the first server
+        self.workers: dict[tuple, tuple[Warm, list[Lease]]] = {}
+
+    def lease(self, cwd: Path, env: dict[str, str], startup_timeout: float) -> Lease:
+        key = (sys.executable, tuple(sorted((name, name in VOLATILE or value) for name, value in env.items())))
+        for other, (worker, leases) in list(self.workers.items()):
+            leases[:] = [lease for lease in leases if lease.open]
+            gone = worker.failed is not None or (worker.proc is not None and worker.proc.poll() is not None)
+            if gone or (other != key and not leases):
+                worker.close()
+                del self.workers[other]
+        if key not in self.workers:
+            if self.folder is None:
+                self.folder = Path(tempfile.mkdtemp(prefix=f"{scratch.prefix()}workers-"))
+            worker = Warm(self.folder, env, startup_timeout)
+            worker.boot()
+            self.workers[key] = (worker, [])
+        worker, leases = self.workers[key]
+        worker.startup_timeout = max(worker.startup_timeout, startup_timeout)
+        leases.append(Lease(worker, cwd, env))
+        return leases[-1]
+
+    def close(self) -> None:
+        for worker, _ in self.workers.values():
+            worker.close()
+        self.workers.clear()
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None

@@ -117,14 +117,12 @@ def serve() -> int:
         # Several runs may go at once: poll for ended children while waiting for requests.
         ready, _, _ = select.select([0], [], [], 0.02 if running else None)
         for pid, rc in _reap(running):
-            replies.write(json.dumps({"pid": pid, "rc": rc}) + "\n")
+            _send(replies, {"pid": pid, "rc": rc}, running)
         if not ready:
             continue
         chunk = os.read(0, 65536)
         if not chunk:  # the parent is done: runs it left behind go with the worker
-            for pid in running:
-                _kill(pid)
-            return 0
+            _abandoned(running)
         pending += chunk
         while b"\n" in pending:
             line, _, pending = pending.partition(b"\n")
@@ -133,7 +131,7 @@ def serve() -> int:
                 warm_up.join()
             why = _fork_unsafe()
             if why is not None:
-                replies.write(json.dumps({"refused": why}) + "\n")
+                _send(replies, {"refused": why}, running)
                 continue
             sys.stdout.flush()
             sys.stderr.flush()
@@ -141,7 +139,7 @@ def serve() -> int:
             if pid == 0:
                 _child(request, replies)
             running.add(pid)
-            replies.write(json.dumps({"pid": pid}) + "\n")
+            _send(replies, {"pid": pid}, running)
 
 
 def _reap(running: set[int]) -> list[tuple[int, int]]:
@@ -153,6 +151,27 @@ def _reap(running: set[int]) -> list[tuple[int, int]]:
             running.discard(pid)
             ended.append((pid, os.waitstatus_to_exitcode(status)))
     return ended
+
+
+def _send(replies, message: dict, running: set[int]) -> None:
+    """One reply line to the parent; where it is gone (killed while the worker imported
+    torch or forked its run: the pipe is closed), the worker ends with the runs it left."""
+    try:
+        replies.write(json.dumps(message) + "\n")
+    except BrokenPipeError:
+        _abandoned(running)
+
+
+def _abandoned(running: set[int]) -> NoReturn:
+    """The parent is gone: stop its runs and end the worker at once, with what its warm-up
+    started (a compile, a thread pool): it holds nothing to save, and no parent will stop it."""
+    from gbfix.launch import end_group
+
+    for pid in running:
+        _kill(pid)
+    if os.getpgrp() == os.getpid():  # its own group, as gbfix starts it: not a shell's job
+        end_group(os.getpid())
+    os._exit(0)
 
 
 def _kill(pid: int) -> None:
