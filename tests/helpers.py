@@ -111,3 +111,21 @@ def fixture_copy(tmp_path_factory, name: str) -> Path:
     root = tmp_path_factory.mktemp(name)
     shutil.copytree(Path(__file__).parent / "fixtures" / name, root, dirs_exist_ok=True)
     return root.resolve()
+
+
+def generated_function(piece, **namespace):
+    """The function a generated piece defines, as the recipe writes it, run with torch
+    (and ``namespace``) as its globals."""
+    import torch
+
+    space = {"torch": torch, **namespace}
+    exec(piece.code, space)  # noqa: S102 - the helper as the recipe writes it
+    return space[piece.name]
+
+
+def value_or_error(fn):
+    """What ``fn()`` returns, or the type of the exception it raises (outcomes compared)."""
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - the error is the outcome compared
+        return type(e)

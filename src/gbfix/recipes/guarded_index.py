@@ -38,6 +38,7 @@ from libcst.metadata.scope_provider import FunctionScope
 from gbfix.generated import piece
 from gbfix.recipes.analysis import (
     changed_in_place,
+    mutated,
     only_read,
     pure,
     scope_of,
@@ -152,6 +153,33 @@ def _number(expr: cst.BaseExpression) -> bool:
     )
 
 
+def conditional(ctx: SiteContext) -> cst.If | cst.IfExp | None:
+    """The `if` or conditional expression whose test the break is in (or that the
+    reported statement holds)."""
+    node = ctx.node
+    if isinstance(node, (cst.SimpleStatementLine, cst.Assign)):
+        assign = single(node) if isinstance(node, cst.SimpleStatementLine) else node
+        return assign.value if isinstance(assign, cst.Assign) and isinstance(assign.value, cst.IfExp) else None
+    for anc in (node, *ctx.ancestors()):
+        if isinstance(anc, (cst.If, cst.IfExp)):
+            return anc if anc is node or any(n is node for n in walk(anc.test)) else None
+        if isinstance(anc, (cst.BaseStatement, cst.BaseSmallStatement, cst.Lambda, cst.BaseSuite)):
+            return None
+    return None
+
+
+def assigned_arms(ctx: SiteContext, node: cst.If) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    """`if t: x = a else: x = b` (not an `elif`): (a, b)."""
+    parent = ctx.file.parent(node)
+    if not isinstance(node.orelse, cst.Else) or (isinstance(parent, cst.If) and parent.orelse is node):
+        return None
+    one = m.Assign(targets=[m.AssignTarget(target=m.Name())])
+    a, b = single(node.body), single(node.orelse.body)
+    if not (m.matches(a, one) and m.matches(b, one)) or a.targets[0].target.value != b.targets[0].target.value:
+        return None
+    return a.value, b.value
+
+
 class GuardedIndex(Recipe):
     name = "guarded-index"
     codes = ("GB0170",)
@@ -160,14 +188,14 @@ class GuardedIndex(Recipe):
     summary = "`A[i] if i >= 0 else B` with a tensor index -> a helper that picks with torch.where over an index kept in range"
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
-        node = self._conditional(ctx)
+        node = conditional(ctx)
         if node is None:
             return None
         arms: tuple[cst.BaseExpression, cst.BaseExpression] | None
         if isinstance(node, cst.IfExp):
             arms = node.body, node.orelse
         else:
-            arms = self._assigned_arms(ctx, node)
+            arms = assigned_arms(ctx, node)
             if arms is None:
                 return None
         for pick, default, negate in ((arms[0], arms[1], False), (arms[1], arms[0], True)):  # noqa: B007 (read after the break)
@@ -196,40 +224,17 @@ class GuardedIndex(Recipe):
         return up if isinstance(up, cst.Assign) and up.value is node else node  # a statement: laid out to fit
 
     @staticmethod
-    def _conditional(ctx: SiteContext) -> cst.If | cst.IfExp | None:
-        """The `if` or conditional expression whose test the break is in (or that the
-        reported statement holds)."""
-        node = ctx.node
-        if isinstance(node, (cst.SimpleStatementLine, cst.Assign)):
-            assign = single(node) if isinstance(node, cst.SimpleStatementLine) else node
-            return assign.value if isinstance(assign, cst.Assign) and isinstance(assign.value, cst.IfExp) else None
-        for anc in (node, *ctx.ancestors()):
-            if isinstance(anc, (cst.If, cst.IfExp)):
-                return anc if anc is node or any(n is node for n in walk(anc.test)) else None
-            if isinstance(anc, (cst.BaseStatement, cst.BaseSmallStatement, cst.Lambda, cst.BaseSuite)):
-                return None
-        return None
-
-    @staticmethod
-    def _assigned_arms(ctx: SiteContext, node: cst.If) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
-        """`if t: x = a else: x = b` (not an `elif`): (a, b)."""
-        parent = ctx.file.parent(node)
-        if not isinstance(node.orelse, cst.Else) or (isinstance(parent, cst.If) and parent.orelse is node):
-            return None
-        one = m.Assign(targets=[m.AssignTarget(target=m.Name())])
-        a, b = single(node.body), single(node.orelse.body)
-        if not (m.matches(a, one) and m.matches(b, one)) or a.targets[0].target.value != b.targets[0].target.value:
-            return None
-        return a.value, b.value
-
-    @staticmethod
     def _only_read(ctx: SiteContext, node: cst.If | cst.IfExp) -> bool:
         if isinstance(node, cst.IfExp):
             return only_read(ctx, node)
-        # the statement form binds the name in both arms: every read of it must be a read only
+        # the statement form binds the name in both arms (and maybe elsewhere, by plain
+        # assignments only): every read of it must be a read only
         target = single(node.body).targets[0].target
         scope = ctx.file.scopes.get(target)
-        if not isinstance(scope, FunctionScope) or len(scope.assignments[target.value]) != 2:
+        if not isinstance(scope, FunctionScope) or mutated(scope_of(ctx, node), target.value):
+            return False
+        bindings = scope.assignments[target.value]
+        if len(bindings) < 2 or not all(isinstance(ctx.file.parent(a.node), cst.AssignTarget) for a in bindings):
             return False
         refs = [ref.node for a in scope.assignments[target.value] for ref in a.references]
         return bool(refs) and all(isinstance(r, cst.Name) and only_read(ctx, r) for r in refs)
