@@ -93,6 +93,7 @@ def test_rewrites_the_statement_form_with_an_and_and_a_single_operand():
     "line",
     [
         "gamma = self.a if s_tmin <= sigma else self.b",  # no number arm: tensors would need the test
+        "gamma = 1.0 if s_tmin <= sigma else 0.5",  # two different numbers: the test decides
         "gamma = 0.0 if sigma.isfinite().all() else 1.0",  # not a comparison
         "gamma = 0.0 if sigma in self.seen else 1.0",  # membership
         "gamma = 0.0 if sigma is None else 1.0",

@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 
+from gbfix import generated
 from gbfix.recipes import table_lookup
 from gbfix.recipes.table_lookup import TableTake
 from tests.helpers import changed, generated_function, rewrite_line, value_or_error
@@ -25,7 +26,7 @@ class Scheduler:
 
 def _rewritten(source: str, needle: str, code: str = "GB0033") -> str | None:
     out = rewrite_line(source, TableTake, needle, code)
-    helper = {line.strip() for line in table_lookup.HELPER.code.splitlines()}
+    helper = {line.strip() for p in generated.closure([table_lookup.HELPER.name]) for line in p.code.splitlines()}
     return None if out is None else next(line for line in changed(source, out) if line not in helper and needle.split()[0] in line)
 
 
@@ -169,3 +170,19 @@ def test_the_numpy_table_at_a_symbolic_counter_compiles_without_a_break(take):
         assert torch.equal(compiled(torch.ones(2)), eager.step(torch.ones(2)))
     assert not counters["graph_break"]
     assert type(pick(eager.prk, 4, read_only=False)) is type(eager.prk[4])  # eagerly a numpy scalar, as written
+
+
+def test_an_index_out_of_range_raises_index_error_under_inductor_as_the_read_does(take):
+    """Inductor's own gather raises RuntimeError out of range; the helper's op runs the
+    read as written, so the error stays an IndexError."""
+    torch, pick = take
+    table = torch.linspace(0.1, 1.0, 5)
+
+    def read(x, t):
+        return x * pick(table, t + 1)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(read)
+    assert torch.equal(compiled(torch.ones(2), torch.tensor(2)), torch.ones(2) * table[3])
+    with pytest.raises(IndexError):
+        compiled(torch.ones(2), torch.tensor(4))

@@ -100,6 +100,8 @@ class BranchSameArms(Recipe):
             return None
         if not any(_number(a) for a in arms):
             raise Decline("neither arm is a number literal: arms that are tensors would still need the test")
+        if all(_number(a) for a in arms) and not _bare(arms[0]).deep_equals(_bare(arms[1])):
+            raise Decline("the arms are two different numbers: the test decides between them")
         if not all(pure(e) for e in (*values, *arms)):
             raise Decline("an arm or an operand of the test may have effects: the helper evaluates both arms")
         if isinstance(ctx.enclosing(cst.FunctionDef, cst.Lambda, cst.ClassDef, node=node), cst.ClassDef):

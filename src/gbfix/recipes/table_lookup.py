@@ -12,10 +12,14 @@ GB0112). ``table-take`` routes the read through a module-level helper::
     alpha = self.alphas_cumprod[t]    ->    alpha = gbfix_take(self.alphas_cumprod, t)
 
 which runs ``table[index]`` as written, except while Dynamo traces it: a tensor table
-read at a 0-d integer tensor or numpy integer is then ``table[index.reshape(1)]
-.squeeze(0)`` (a gather: the same values, dtype, shape and error for an index out of
-range, but a new tensor where the original is a view of the table), and a 1-d numpy
-table read at an int is ``table[[index]][0]`` (the same numpy scalar).
+read at a 0-d integer tensor or numpy integer is then an op of the helpers' module
+whose fake gives the element's shape and which runs ``table[index]`` and copies it (the
+same values, dtype, shape, and the same error for an index out of range, also under
+inductor, whose own gather would raise RuntimeError where the read raises IndexError;
+a new tensor where the original is a view of the table; the op has no gradient, so a
+table that requires one is read as written); a 1-d numpy table read at an int in range
+is ``table[[index]][0]`` (the same numpy scalar; the range is checked while tracing, so
+a read out of range runs as written and raises as it did).
 
 Declined: a read that is assigned to or deleted, a slice or several indices, an index
 that is a literal, impure parts, a table the function changes in place. A result that
@@ -28,30 +32,51 @@ from __future__ import annotations
 
 import libcst as cst
 
+from gbfix import generated
 from gbfix.generated import piece
 from gbfix.recipes.analysis import changed_in_place, only_read, pure, scope_of, taken
 from gbfix.recipes.base import Decline, Recipe, SiteContext
+from gbfix.recipes.op_helpers import OPS
 from gbfix.recipes.tree import walk
 
 HELPER = piece("gbfix_take", '''\
+# `table[index]` as an op of this module: Dynamo sees its shape only, and it runs
+# the read as written (the same value, or the same error), then copies it.
+_gbfix_take_name = f"take_{_gbfix_tag}"
+if not hasattr(torch.ops.gbfix, _gbfix_take_name):
+    _gbfix_lib.define(f"{_gbfix_take_name}(Tensor table, Tensor index) -> Tensor")
+    _gbfix_lib.impl(
+        _gbfix_take_name,
+        torch.compiler.disable(lambda table, index: table[index].clone(memory_format=torch.contiguous_format)),
+        "CompositeExplicitAutograd",
+    )
+    torch.library.register_fake(
+        f"gbfix::{_gbfix_take_name}", lambda table, index: table.new_empty(table.shape[1:]), lib=_gbfix_lib
+    )
+_gbfix_take_op = getattr(torch.ops.gbfix, _gbfix_take_name)
+
+
 def gbfix_take(table, index, read_only=True):
     # Added by gbfix: `table[index]`. While Dynamo traces it, a read that would turn
-    # a tensor index into a Python int (a break) is a gather instead: a tensor
-    # table (its element only read) at a 0-d integer tensor or numpy integer, the
-    # same values as a new tensor; a 1-d numpy table at an int, the same numpy
-    # scalar. Run eagerly, it is `table[index]` as written.
+    # a tensor index into a Python int (a break) is taken apart: a tensor table
+    # (its element only read, no gradient to it) at a 0-d integer tensor or numpy
+    # integer is the op above, the same values as a new tensor; a 1-d numpy table
+    # at an int in range is the same numpy scalar. Run eagerly, it is `table[index]`.
     if torch.compiler.is_compiling():
         numpy_index = type(index).__module__ == "numpy"
-        if read_only and isinstance(table, torch.Tensor) and table.dim() >= 1 and (
-            isinstance(index, torch.Tensor) or numpy_index
-        ):
+        if isinstance(table, torch.Tensor) and (isinstance(index, torch.Tensor) or numpy_index):
             at = torch.as_tensor(index)
-            if at.dim() == 0 and at.dtype in (torch.int64, torch.int32, torch.int16, torch.int8):
-                return table[at.to(table.device).reshape(1)].squeeze(0)
+            if (
+                read_only and table.dim() >= 1 and at.dim() == 0
+                and at.dtype in (torch.int64, torch.int32, torch.int16, torch.int8)
+                and not (table.requires_grad and torch.is_grad_enabled())
+            ):
+                return _gbfix_take_op(table, at)
         elif type(table).__module__ == "numpy" and table.ndim == 1 and isinstance(index, int):
-            return table[[index]][0]
+            if -len(table) <= index < len(table):  # guarded while tracing: out of range, the read raises as written
+                return table[[index]][0]
     return table[index]
-''')
+''', needs=(OPS.name,))
 
 
 def _reads(node: cst.CSTNode) -> list[cst.Subscript]:
@@ -73,7 +98,7 @@ class TableTake(Recipe):
     codes = ("GB0033", "GB0112")
     safety = "safe"
     rule = "GB0033"
-    summary = "`A[i]` at an index Dynamo holds as a tensor (or a numpy table at a symbolic int) -> a helper that gathers while tracing"
+    summary = "`A[i]` at an index Dynamo holds as a tensor (or a numpy table at a symbolic int) -> a helper that reads it through an op while tracing"
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
         read = self._read(ctx)
@@ -83,7 +108,7 @@ class TableTake(Recipe):
         if isinstance(up, (cst.AssignTarget, cst.AugAssign, cst.Del)) or (
             isinstance(up, cst.Element) and isinstance(ctx.file.parent(ctx.file.parent(up)), cst.AssignTarget)
         ):
-            raise Decline("the read is a write (`A[i] = v`): a gather would write into a copy")
+            raise Decline("the read is a write (`A[i] = v`): the helper would write into a copy")
         table, index = read.value, read.slice[0].slice.value
         if not pure(table) or not pure(index):
             raise Decline("the table or the index may have effects: the helper call keeps the order, but not a call in them")
@@ -114,7 +139,8 @@ class TableTake(Recipe):
         return reads[0] if len(reads) == 1 else None
 
     def rewrite(self, node: cst.CSTNode) -> cst.CSTNode:
-        self.need_helper(HELPER.name, HELPER.code)
+        for p in generated.closure([HELPER.name]):  # the op's library first
+            self.need_helper(p.name, p.code)
         return self._call
 
 
