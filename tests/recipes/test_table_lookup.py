@@ -43,6 +43,11 @@ def test_rewrites_a_read_in_a_method(line, expected):
     assert _rewritten(METHOD.format(line=line), "alpha =") == expected
 
 
+def test_rewrites_a_read_added_in_place_to_another_name():
+    source = METHOD.format(line="alpha = sample * 2\n        alpha += self.sigmas[t]")
+    assert _rewritten(source, "alpha +=") == "alpha += gbfix_take(self.sigmas, t)"
+
+
 def test_rewrites_a_read_in_a_helper_function_whose_result_is_returned_to_a_reader():
     source = """\
     import torch
@@ -83,6 +88,7 @@ def test_a_result_that_may_be_written_through_takes_only_the_numpy_case():
         "alpha = self.table()[t]",  # a call the helper call would make before the index
         "alpha = self.ac[t.item()]",
         "self.ac[t] = 1.0\n        alpha = self.ac",  # a write
+        "self.ac[t] += 1.0\n        alpha = self.ac",
         "alpha = self.ac[t]\n        self.ac.mul_(2)",  # the table changed in place: the element is a view of it
     ],
 )

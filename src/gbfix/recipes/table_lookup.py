@@ -105,13 +105,13 @@ class TableTake(Recipe):
         if read is None:
             return None
         up = ctx.file.parent(read)
-        if isinstance(up, (cst.AssignTarget, cst.AugAssign, cst.Del)) or (
+        if isinstance(up, (cst.AssignTarget, cst.Del)) or (isinstance(up, cst.AugAssign) and up.target is read) or (
             isinstance(up, cst.Element) and isinstance(ctx.file.parent(ctx.file.parent(up)), cst.AssignTarget)
         ):
             raise Decline("the read is a write (`A[i] = v`): the helper would write into a copy")
         table, index = read.value, read.slice[0].slice.value
         if not pure(table) or not pure(index):
-            raise Decline("the table or the index may have effects: the helper call keeps the order, but not a call in them")
+            raise Decline("the table or the index calls something: what the table is, and who changes it, is out of sight")
         if changed_in_place(scope_of(ctx, read), table):
             raise Decline("the function changes the table in place: the original's element is a view of it")
         if taken(ctx, HELPER.name):
