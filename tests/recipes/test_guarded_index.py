@@ -245,3 +245,20 @@ def test_the_helper_compiles_without_a_break_and_keeps_gradients(index_or):
             (grad,) = torch.autograd.grad(got, table)
             assert torch.equal(grad, torch.nn.functional.one_hot(torch.tensor(t - 2), 5).float() * 2)
     assert not counters["graph_break"]
+
+
+def test_an_index_past_the_end_raises_index_error_under_inductor_as_the_read_does(index_or):
+    """A lower bound only (`i >= 0`) lets the read run past the end: inductor's own
+    gather would raise RuntimeError there; the helper's read raises IndexError."""
+    torch, pick = index_or
+    table, one = torch.linspace(0.1, 1.0, 5), torch.tensor(1.0)
+
+    def step(t):
+        prev = t + 1
+        return pick(prev >= 0, table, prev, one) * 2
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step)
+    assert torch.equal(compiled(torch.tensor(2)), table[3] * 2)
+    with pytest.raises(IndexError):
+        compiled(torch.tensor(4))

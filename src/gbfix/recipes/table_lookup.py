@@ -39,7 +39,10 @@ from gbfix.recipes.base import Decline, Recipe, SiteContext
 from gbfix.recipes.op_helpers import OPS
 from gbfix.recipes.tree import walk
 
-HELPER = piece("gbfix_take", '''\
+# `table[index]` as an op: what Dynamo traces of a read whose index it must not turn into a
+# Python int (the op runs the read as written, so an index out of range raises IndexError,
+# also under inductor). Also guarded-index's.
+TAKE_OP = piece("_gbfix_take_op", '''\
 # `table[index]` as an op of this module: Dynamo sees its shape only, and it runs
 # the read as written (the same value, or the same error), then copies it.
 _gbfix_take_name = f"take_{_gbfix_tag}"
@@ -54,8 +57,9 @@ if not hasattr(torch.ops.gbfix, _gbfix_take_name):
         f"gbfix::{_gbfix_take_name}", lambda table, index: table.new_empty(table.shape[1:]), lib=_gbfix_lib
     )
 _gbfix_take_op = getattr(torch.ops.gbfix, _gbfix_take_name)
+''', needs=(OPS.name,), public=False)
 
-
+HELPER = piece("gbfix_take", '''\
 def gbfix_take(table, index, read_only=True):
     # Added by gbfix: `table[index]`. While Dynamo traces it, a read that would turn
     # a tensor index into a Python int (a break) is taken apart: a tensor table
@@ -76,7 +80,7 @@ def gbfix_take(table, index, read_only=True):
             if -len(table) <= index < len(table):  # guarded while tracing: out of range, the read raises as written
                 return table[[index]][0]
     return table[index]
-''', needs=(OPS.name,))
+''', needs=(TAKE_OP.name,))
 
 
 def _reads(node: cst.CSTNode) -> list[cst.Subscript]:
