@@ -111,3 +111,30 @@ def fixture_copy(tmp_path_factory, name: str) -> Path:
     root = tmp_path_factory.mktemp(name)
     shutil.copytree(Path(__file__).parent / "fixtures" / name, root, dirs_exist_ok=True)
     return root.resolve()
+
+
+def generated_function(piece, **namespace):
+    """The function a generated piece defines, as the recipe writes it, run with torch
+    (and ``namespace``) as its globals."""
+    import sys
+    import types
+
+    import torch
+
+    from gbfix import generated
+
+    # a module of its own, importable by name: Dynamo looks up a function's module
+    module = sys.modules.setdefault(f"_gbfix_test_{piece.name}", types.ModuleType(f"_gbfix_test_{piece.name}"))
+    if not hasattr(module, piece.name):
+        module.__dict__.update(torch=torch, **namespace)
+        for needed in generated.closure([piece.name]):  # the pieces it needs first (an op's library)
+            exec(needed.code, module.__dict__)  # noqa: S102 - the helper as the recipe writes it
+    return getattr(module, piece.name)
+
+
+def value_or_error(fn):
+    """What ``fn()`` returns, or the type of the exception it raises (outcomes compared)."""
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - the error is the outcome compared
+        return type(e)

@@ -415,7 +415,9 @@ def run_program(prog: Prog, mode: str, unsafe: bool, log) -> dict:
     try:
         # in the program's own scratch folder: gbfix holds a lock per program folder, and
         # programs run side by side (--jobs) must not share one
-        g = subprocess.run(cmd, capture_output=True, text=True, cwd=work, env=_env(prog.env, pythonpath),
+        # gbfix from this checkout (a worktree's, not the shared editable install's), after the copy
+        gbfix_path = os.pathsep.join(p for p in (pythonpath, str(HERE.parent.parent / "src")) if p)
+        g = subprocess.run(cmd, capture_output=True, text=True, cwd=work, env=_env(prog.env, gbfix_path),
                            timeout=GBFIX_TIMEOUT)
         grc, gout, gerr = g.returncode, g.stdout, g.stderr
     except subprocess.TimeoutExpired as e:

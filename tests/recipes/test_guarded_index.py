@@ -10,7 +10,7 @@ import pytest
 
 from gbfix.recipes import guarded_index
 from gbfix.recipes.guarded_index import GuardedIndex
-from tests.helpers import changed, rewrite_line
+from tests.helpers import changed, generated_function, rewrite_line, value_or_error
 
 METHOD = """\
 import torch
@@ -119,6 +119,46 @@ def test_rewrites_a_test_of_what_the_index_is_made_of_with_the_arms_swapped():
     assert rewrite_line(NEXT.format(use="return prev_t"), GuardedIndex, "if index ==", "GB0170") is None
 
 
+DDPM = """\
+import torch
+
+
+class Scheduler:
+    def previous_timestep(self, timestep):
+        if self.num_inference_steps:
+            index = (self.timesteps == timestep).nonzero(as_tuple=True)[0][0]
+            if index == self.timesteps.shape[0] - 1:
+                prev_t = torch.tensor(-1)
+            else:
+                prev_t = self.timesteps[index + 1]
+        else:
+            prev_t = timestep - 1
+        return prev_t
+
+    def step(self, t, x):
+        prev_t = self.previous_timestep(t)
+        {use}
+"""
+
+
+@pytest.mark.parametrize(
+    "use, taken",
+    [
+        ("return x * (self.alphas_cumprod[prev_t] if prev_t >= 0 else self.one)", True),  # read as an index
+        ("return x * gbfix_index_or(prev_t >= 0, self.alphas_cumprod, prev_t, self.one)", True),  # by gbfix's helper
+        ("prev_t.add_(1)\n        return x", False),  # a caller writing into it: a view of the table in the original
+        ("return prev_t", False),  # handed on again: a caller outside the file is out of sight
+        ("fn = self.previous_timestep\n        return x * fn(t)", False),  # referenced, not called
+    ],
+)
+def test_a_returned_pick_is_taken_when_every_caller_in_the_file_only_reads_it(use, taken):
+    source = DDPM.format(use=use)
+    out = rewrite_line(source, GuardedIndex, "if index ==", "GB0170")
+    assert (out is not None) is taken
+    if taken:
+        assert "prev_t = gbfix_index_or(" in out and "else:\n            prev_t = timestep - 1" in out
+
+
 @pytest.mark.parametrize(
     "line",
     [
@@ -163,16 +203,7 @@ def test_declines_a_taken_helper_name_and_an_elif():
 @pytest.fixture(scope="module")
 def index_or():
     torch = pytest.importorskip("torch")
-    space: dict = {"torch": torch}
-    exec(guarded_index.HELPER.code, space)  # noqa: S102 - the helper as the recipe writes it
-    return torch, space[guarded_index.HELPER.name]
-
-
-def _outcome(fn):
-    try:
-        return fn()
-    except Exception as e:  # noqa: BLE001 - the error is the outcome compared
-        return type(e)
+    return torch, generated_function(guarded_index.HELPER)
 
 
 def test_the_helper_gives_what_the_expression_gives(index_or):
@@ -184,8 +215,8 @@ def test_the_helper_gives_what_the_expression_gives(index_or):
     indices = [torch.tensor(i) for i in range(-7, 8)] + [torch.tensor([2]), torch.tensor([1, 2]), torch.tensor(2.0)]
     tests = (lambda i, a: i >= 0, lambda i, a: i < len(a), lambda i, a: (0 <= i) & (i < a.shape[0]))
     for table, default, i, test in itertools.product(tables, defaults, indices, tests):
-        want = _outcome(lambda: table[i] if test(i, table) else default)  # noqa: B023 - called at once
-        got = _outcome(lambda: pick(test(i, table), table, i, default))  # noqa: B023
+        want = value_or_error(lambda: table[i] if test(i, table) else default)  # noqa: B023 - called at once
+        got = value_or_error(lambda: pick(test(i, table), table, i, default))  # noqa: B023
         if isinstance(want, type):
             assert got is want, (table, default, i)
         else:
@@ -214,3 +245,20 @@ def test_the_helper_compiles_without_a_break_and_keeps_gradients(index_or):
             (grad,) = torch.autograd.grad(got, table)
             assert torch.equal(grad, torch.nn.functional.one_hot(torch.tensor(t - 2), 5).float() * 2)
     assert not counters["graph_break"]
+
+
+def test_an_index_past_the_end_raises_index_error_under_inductor_as_the_read_does(index_or):
+    """A lower bound only (`i >= 0`) lets the read run past the end: inductor's own
+    gather would raise RuntimeError there; the helper's read raises IndexError."""
+    torch, pick = index_or
+    table, one = torch.linspace(0.1, 1.0, 5), torch.tensor(1.0)
+
+    def step(t):
+        prev = t + 1
+        return pick(prev >= 0, table, prev, one) * 2
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step)
+    assert torch.equal(compiled(torch.tensor(2)), table[3] * 2)
+    with pytest.raises(IndexError):
+        compiled(torch.tensor(4))

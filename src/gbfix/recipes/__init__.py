@@ -22,6 +22,8 @@ _MODULES = (
     "item_branch",  # a scalar read that an `if` tests: item-to-tensor and branch-to-where as one edit
     "numpy_scalar",  # numpy math on Python numbers: the math module's, so no tensor reaches a Python test
     "guarded_index",  # `a[i] if i >= 0 else b` with a tensor index: torch.where over a clamped index
+    "same_arms",  # `a if t else b` whose arms give the same Python number: the test is not asked
+    "table_lookup",  # `a[i]` at an index Dynamo holds as a tensor: a gather while tracing
     "branch",
     "loop_branch",
     "while_loop",  # a `while` on a tensor test: torch.while_loop over the names it carries

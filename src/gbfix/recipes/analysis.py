@@ -27,7 +27,7 @@ from libcst.metadata import BuiltinAssignment, FunctionScope
 from gbfix import generated
 from gbfix.locate import ParsedFile
 from gbfix.recipes.base import Decline, SiteContext
-from gbfix.recipes.tree import param_names, walk
+from gbfix.recipes.tree import param_names, variables, walk
 from gbfix.recipes.vocabulary import ALIASING
 
 # ---------------------------------------------------------------- names and scopes
@@ -331,11 +331,19 @@ def keyword_args(call: cst.Call) -> dict[str, cst.BaseExpression] | None:
     return {a.keyword.value: a.value for a in call.args if a.keyword is not None}
 
 
-def only_read(ctx: SiteContext, node: cst.BaseExpression) -> bool:
+def only_read(ctx: SiteContext, node: cst.BaseExpression, _depth: int = 0) -> bool:
     """The value of ``node`` is only read: by operators, by tensor methods and torch
-    functions that write nothing in place (views followed on), or through a local bound
-    once whose every use is such a read. A copy there behaves as the original does."""
+    functions that write nothing in place (views followed on), as an index, or through a
+    local bound once whose every use is such a read, or a return whose every caller in
+    the file reads it so (``returned_only_read``). A copy there behaves as the original
+    does."""
+    if _depth > 4:  # returns followed through callers: a chain this long is not proven
+        return False
     up = ctx.file.parent(node)
+    if isinstance(up, cst.Index) and up.value is node:  # `table[node]` reads the index, whatever the table
+        return isinstance(ctx.file.parent(ctx.file.parent(up)), cst.Subscript)
+    if isinstance(up, cst.Return) and up.value is node:
+        return returned_only_read(ctx, up, _depth)
     if isinstance(up, cst.BinaryOperation) or (isinstance(up, cst.AugAssign) and up.value is node):
         return True
     if isinstance(up, (cst.Comparison, cst.ComparisonTarget)):  # elementwise, not identity or membership
@@ -344,23 +352,63 @@ def only_read(ctx: SiteContext, node: cst.BaseExpression) -> bool:
     if isinstance(up, cst.UnaryOperation):
         return isinstance(up.operator, (cst.Minus, cst.Plus, cst.BitInvert))
     if isinstance(up, cst.Subscript) and up.value is node:
-        return not isinstance(ctx.file.parent(up), (cst.AssignTarget, cst.AugAssign, cst.Del)) and only_read(ctx, up)
+        return not isinstance(ctx.file.parent(up), (cst.AssignTarget, cst.AugAssign, cst.Del)) and only_read(ctx, up, _depth)
     if isinstance(up, cst.Attribute) and up.value is node:
         name = up.attr.value
         if name in EXPOSING or name.endswith("_"):
             return False
         call = ctx.file.parent(up)
         result = call if isinstance(call, cst.Call) and call.func is up else up
-        return name not in ALIASING or only_read(ctx, result)
+        return name not in ALIASING or only_read(ctx, result, _depth)
     if isinstance(up, cst.Element):
         display = ctx.file.parent(up)
-        return isinstance(display, (cst.List, cst.Tuple)) and _torch_argument(ctx, display)
+        return isinstance(display, (cst.List, cst.Tuple)) and _torch_argument(ctx, display, _depth)
     if isinstance(up, cst.Arg):
-        return _torch_argument(ctx, node)
+        return _torch_argument(ctx, node, _depth) or _helper_argument(ctx, node, _depth)
     if isinstance(up, cst.Assign) and up.value is node:
         refs = local_uses(ctx, up)
-        return refs is not None and bool(refs) and all(only_read(ctx, r) for r in refs)
+        return refs is not None and bool(refs) and all(only_read(ctx, r, _depth) for r in refs)
     return False
+
+
+def returned_only_read(ctx: SiteContext, ret: cst.Return, _depth: int = 0) -> bool:
+    """What ``ret`` returns is only read by every caller in the file: a method called as
+    `self.name(...)` in its class, or a module function called by its name, never
+    referenced otherwise (no callback, no decorator), with at least one call.
+
+    A caller in another module is out of sight: one that wrote into the returned
+    tensor in place would write into a table in the original and into a copy in the
+    rewrite (docs/how-it-works.md says so)."""
+    fn = ctx.enclosing(cst.FunctionDef, cst.Lambda, node=ret)
+    if not isinstance(fn, cst.FunctionDef) or fn.decorators or fn.asynchronous:
+        return False
+    holder = ctx.file.parent(fn)
+    holder = holder if isinstance(holder, cst.Module) else ctx.file.parent(holder)  # a method: its class
+    name = fn.name.value
+    if isinstance(holder, cst.ClassDef):
+        uses = [
+            n for n in walk(holder)
+            if isinstance(n, cst.Attribute) and n.attr.value == name and name_of(n.value) == "self"
+        ]
+        calls = [ctx.file.parent(u) for u in uses]
+    elif isinstance(holder, cst.Module) and len(global_bindings(ctx, name)) == 1:
+        uses = [n for n in variables(ctx.module) if n.value == name and n is not fn.name]
+        calls = [ctx.file.parent(u) for u in uses]
+    else:
+        return False
+    if not calls or any(not isinstance(c, cst.Call) or c.func is not u for c, u in zip(calls, uses, strict=True)):
+        return False
+    return all(only_read(ctx, c, _depth + 1) for c in calls)
+
+
+def _helper_argument(ctx: SiteContext, node: cst.BaseExpression, _depth: int) -> bool:
+    """``node`` is an argument of one of gbfix's own helpers (``gbfix_*``, which read
+    their arguments and may return one as it is) whose result is only read."""
+    call = ctx.file.parent(ctx.file.parent(node))
+    return (
+        isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value.startswith("gbfix_")
+        and only_read(ctx, call, _depth)
+    )
 
 
 def local_uses(ctx: SiteContext, assign: cst.Assign) -> list[cst.Name] | None:
@@ -376,7 +424,7 @@ def local_uses(ctx: SiteContext, assign: cst.Assign) -> list[cst.Name] | None:
     return cast("list[cst.Name]", refs) if all(isinstance(r, cst.Name) for r in refs) else None
 
 
-def _torch_argument(ctx: SiteContext, node: cst.BaseExpression) -> bool:
+def _torch_argument(ctx: SiteContext, node: cst.BaseExpression, _depth: int = 0) -> bool:
     """``node`` is a positional argument of a torch function that writes nothing in place."""
     arg = ctx.file.parent(node)
     call = ctx.file.parent(arg) if isinstance(arg, cst.Arg) else None
@@ -390,7 +438,7 @@ def _torch_argument(ctx: SiteContext, node: cst.BaseExpression) -> bool:
     name = next(iter(names)).rpartition(".")[2]
     if name.endswith("_") or name in EXPOSING:
         return False
-    return name not in ALIASING or only_read(ctx, call)
+    return name not in ALIASING or only_read(ctx, call, _depth)
 
 
 def taken(ctx: SiteContext, helper: str) -> bool:

@@ -11,8 +11,9 @@ default past its end (`self.alphas_cumprod[prev_t] if prev_t >= 0 else self.one`
 which, for what Dynamo knows while tracing (a non-empty 1-d table, one integer
 index, a default tensor of the index's shape and the table's dtype and device),
 returns `torch.where(ok, A[j], B)` with `j` the index where the test holds and 0
-where it fails, so the unselected read is in range; the value, dtype, shape and
-device are those of the arm the test picks. Anything else runs as written (and
+where it fails, so the unselected read is in range (read through table-take's op,
+so an index past the end raises IndexError as the original does, also under
+inductor); the value, dtype, shape and device are those of the arm the test picks. Anything else runs as written (and
 breaks as before). Also taken: the arms swapped (`B if i < 0 else A[i]`, the test
 negated with `torch.logical_not`), an upper bound (`i < len(A)`), both bounds
 (`0 <= i < len(A)` or an `and`, as `&` of the comparisons: their truth is the
@@ -35,9 +36,11 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata.scope_provider import FunctionScope
 
+from gbfix import generated
 from gbfix.generated import piece
 from gbfix.recipes.analysis import (
     changed_in_place,
+    mutated,
     only_read,
     pure,
     scope_of,
@@ -45,6 +48,7 @@ from gbfix.recipes.analysis import (
 )
 from gbfix.recipes.base import Decline, Recipe, SiteContext
 from gbfix.recipes.branch import fit, make_call, single, statement
+from gbfix.recipes.table_lookup import TAKE_OP
 from gbfix.recipes.tree import variable_names, walk
 
 HELPER = piece("gbfix_index_or", '''\
@@ -53,8 +57,9 @@ def gbfix_index_or(ok, table, index, default):
     # When Dynamo can tell while tracing that torch.where gives the same tensor (a
     # non-empty 1-d table, one integer index, a default of the index's shape and the
     # table's dtype and device), it is that, with no Python test on a tensor: the
-    # index is read where `ok` holds and replaced by 0 where it does not. Otherwise
-    # it runs as written.
+    # index is read where `ok` holds and replaced by 0 where it does not (through
+    # the take op, which raises IndexError past the end as the read does; with a
+    # gathered read where the table needs a gradient). Otherwise it runs as written.
     tensors = all(isinstance(x, torch.Tensor) for x in (ok, table, index, default))
     if (
         tensors and ok.dtype == torch.bool and index.dtype in (torch.int64, torch.int32)
@@ -62,11 +67,15 @@ def gbfix_index_or(ok, table, index, default):
         and ok.shape == index.shape == default.shape and default.dtype == table.dtype
         and ok.device == index.device == table.device == default.device
     ):
-        # a 1-d index: a 0-d one would be read as a Python int, a break of its own
-        inside = torch.where(ok, index, 0).reshape(1)
-        return torch.where(ok, table[inside].reshape(index.shape), default)
+        inside = torch.where(ok, index, 0)
+        if table.requires_grad and torch.is_grad_enabled():
+            # a 1-d index: a 0-d one would be read as a Python int, a break of its own
+            picked = table[inside.reshape(1)]
+        else:  # the read as written, so an index past the end raises IndexError
+            picked = _gbfix_take_op(table, inside.reshape(()))
+        return torch.where(ok, picked.reshape(index.shape), default)
     return table[index] if ok else default
-''')
+''', needs=(TAKE_OP.name,))
 
 _ORDER = (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual, cst.Equal, cst.NotEqual)
 
@@ -152,6 +161,33 @@ def _number(expr: cst.BaseExpression) -> bool:
     )
 
 
+def conditional(ctx: SiteContext) -> cst.If | cst.IfExp | None:
+    """The `if` or conditional expression whose test the break is in (or that the
+    reported statement holds)."""
+    node = ctx.node
+    if isinstance(node, (cst.SimpleStatementLine, cst.Assign)):
+        assign = single(node) if isinstance(node, cst.SimpleStatementLine) else node
+        return assign.value if isinstance(assign, cst.Assign) and isinstance(assign.value, cst.IfExp) else None
+    for anc in (node, *ctx.ancestors()):
+        if isinstance(anc, (cst.If, cst.IfExp)):
+            return anc if anc is node or any(n is node for n in walk(anc.test)) else None
+        if isinstance(anc, (cst.BaseStatement, cst.BaseSmallStatement, cst.Lambda, cst.BaseSuite)):
+            return None
+    return None
+
+
+def assigned_arms(ctx: SiteContext, node: cst.If) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    """`if t: x = a else: x = b` (not an `elif`): (a, b)."""
+    parent = ctx.file.parent(node)
+    if not isinstance(node.orelse, cst.Else) or (isinstance(parent, cst.If) and parent.orelse is node):
+        return None
+    one = m.Assign(targets=[m.AssignTarget(target=m.Name())])
+    a, b = single(node.body), single(node.orelse.body)
+    if not (m.matches(a, one) and m.matches(b, one)) or a.targets[0].target.value != b.targets[0].target.value:
+        return None
+    return a.value, b.value
+
+
 class GuardedIndex(Recipe):
     name = "guarded-index"
     codes = ("GB0170",)
@@ -160,14 +196,14 @@ class GuardedIndex(Recipe):
     summary = "`A[i] if i >= 0 else B` with a tensor index -> a helper that picks with torch.where over an index kept in range"
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
-        node = self._conditional(ctx)
+        node = conditional(ctx)
         if node is None:
             return None
         arms: tuple[cst.BaseExpression, cst.BaseExpression] | None
         if isinstance(node, cst.IfExp):
             arms = node.body, node.orelse
         else:
-            arms = self._assigned_arms(ctx, node)
+            arms = assigned_arms(ctx, node)
             if arms is None:
                 return None
         for pick, default, negate in ((arms[0], arms[1], False), (arms[1], arms[0], True)):  # noqa: B007 (read after the break)
@@ -196,46 +232,24 @@ class GuardedIndex(Recipe):
         return up if isinstance(up, cst.Assign) and up.value is node else node  # a statement: laid out to fit
 
     @staticmethod
-    def _conditional(ctx: SiteContext) -> cst.If | cst.IfExp | None:
-        """The `if` or conditional expression whose test the break is in (or that the
-        reported statement holds)."""
-        node = ctx.node
-        if isinstance(node, (cst.SimpleStatementLine, cst.Assign)):
-            assign = single(node) if isinstance(node, cst.SimpleStatementLine) else node
-            return assign.value if isinstance(assign, cst.Assign) and isinstance(assign.value, cst.IfExp) else None
-        for anc in (node, *ctx.ancestors()):
-            if isinstance(anc, (cst.If, cst.IfExp)):
-                return anc if anc is node or any(n is node for n in walk(anc.test)) else None
-            if isinstance(anc, (cst.BaseStatement, cst.BaseSmallStatement, cst.Lambda, cst.BaseSuite)):
-                return None
-        return None
-
-    @staticmethod
-    def _assigned_arms(ctx: SiteContext, node: cst.If) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
-        """`if t: x = a else: x = b` (not an `elif`): (a, b)."""
-        parent = ctx.file.parent(node)
-        if not isinstance(node.orelse, cst.Else) or (isinstance(parent, cst.If) and parent.orelse is node):
-            return None
-        one = m.Assign(targets=[m.AssignTarget(target=m.Name())])
-        a, b = single(node.body), single(node.orelse.body)
-        if not (m.matches(a, one) and m.matches(b, one)) or a.targets[0].target.value != b.targets[0].target.value:
-            return None
-        return a.value, b.value
-
-    @staticmethod
     def _only_read(ctx: SiteContext, node: cst.If | cst.IfExp) -> bool:
         if isinstance(node, cst.IfExp):
             return only_read(ctx, node)
-        # the statement form binds the name in both arms: every read of it must be a read only
+        # the statement form binds the name in both arms (and maybe elsewhere, by plain
+        # assignments only): every read of it must be a read only
         target = single(node.body).targets[0].target
         scope = ctx.file.scopes.get(target)
-        if not isinstance(scope, FunctionScope) or len(scope.assignments[target.value]) != 2:
+        if not isinstance(scope, FunctionScope) or mutated(scope_of(ctx, node), target.value):
+            return False
+        bindings = scope.assignments[target.value]
+        if len(bindings) < 2 or not all(isinstance(ctx.file.parent(a.node), cst.AssignTarget) for a in bindings):
             return False
         refs = [ref.node for a in scope.assignments[target.value] for ref in a.references]
         return bool(refs) and all(isinstance(r, cst.Name) and only_read(ctx, r) for r in refs)
 
     def rewrite(self, node: cst.CSTNode) -> cst.CSTNode:
-        self.need_helper(HELPER.name, HELPER.code)
+        for p in generated.closure([HELPER.name]):  # the take op first
+            self.need_helper(p.name, p.code)
         if isinstance(node, cst.IfExp):
             return self._call
         column = self.ctx.file.span(node)[0][1]
