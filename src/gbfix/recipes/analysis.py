@@ -385,6 +385,7 @@ def returned_only_read(ctx: SiteContext, ret: cst.Return, _depth: int = 0) -> bo
     holder = ctx.file.parent(fn)
     holder = holder if isinstance(holder, cst.Module) else ctx.file.parent(holder)  # a method: its class
     name = fn.name.value
+    uses: list[cst.Attribute] | list[cst.Name]
     if isinstance(holder, cst.ClassDef):
         uses = [
             n for n in walk(holder)
