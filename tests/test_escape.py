@@ -76,3 +76,15 @@ def test_a_break_inside_a_library_call_says_where_it_is(tmp_path: Path):
     (left,) = [f for f in result.findings if f.code == "GB0025"]
     assert left.line == 9 and left.status == "unfixed"
     assert "by hand: the graph_break() is in steplib.py:5, which this line calls: move the call out of the compiled function" in left.detail
+
+
+def test_a_builtin_dynamo_replaces_with_a_polyfill_is_the_lines_own(tmp_path: Path):
+    # `any(...)` runs as Dynamo's polyfill: the branch is the user's line, not code it calls
+    (tmp_path / "prog.py").write_text(
+        "import torch\n\n\n@torch.compile(backend=\"eager\")\ndef f(xs, t):\n"
+        "    if any(v > t for v in xs):\n        return xs[0] * 2\n    return xs[0]\n\n\n"
+        "for _ in range(2):\n    print(f([torch.tensor(1.0), torch.tensor(3.0)], 2.0))\n"
+    )
+    result = engine.fix([tmp_path / "prog.py"], parse_entry("python prog.py", tmp_path), engine.Options())
+    (branch,) = [f for f in result.findings if f.code == "GB0170"]
+    assert "by hand: express the branch with torch.where" in branch.detail and "polyfills" not in branch.detail, branch.detail

@@ -69,12 +69,16 @@ def hatch_at(brk: Break, targets: set[Path]) -> str:
     (torch, a package): advice written for the breaking line (remove the
     `graph_break()` call) would misread as advice for the user's own line."""
     leaf = brk.leaf
-    if leaf is None or Path(os.path.realpath(leaf.file)) in targets:
+    # Dynamo's polyfills stand in for builtins the line calls itself (`any(...)`)
+    if leaf is None or Path(os.path.realpath(leaf.file)) in targets or _POLYFILLS in leaf.file.replace(os.sep, "/"):
         return hatch(brk.root)
     where = f"{_short(leaf.file)}:{leaf.line}"
     if brk.root.code == "GB0025":  # a graph_break() someone else wrote: only the call can move
         return f"the graph_break() is in {where}, which this line calls: {_LAST_RESORT}"
     return f"it breaks in {where}, which this line calls: {hatch(brk.root)}"
+
+
+_POLYFILLS = "torch/_dynamo/polyfills/"
 
 
 def _short(file: str) -> str:
