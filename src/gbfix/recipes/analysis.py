@@ -194,6 +194,10 @@ def single_binding(scope: cst.CSTNode, name: str) -> cst.BaseExpression | None:
     return value
 
 
+# The comparisons that are elementwise on tensors (not `is`, `in`).
+COMPARISONS = (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual, cst.Equal, cst.NotEqual)
+
+
 # ---------------------------------------------------------------- effects
 
 

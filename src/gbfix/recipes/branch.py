@@ -25,6 +25,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from gbfix.recipes.analysis import (
+    COMPARISONS,
     bound_before,
     called,
     is_torch_call,
@@ -231,8 +232,7 @@ def tensor_cond(expr: cst.BaseExpression, known: bool) -> cst.BaseExpression | N
         op = "and" if isinstance(expr.operator, cst.And) else "or"
         return make_call(f"torch.logical_{op}", left, right)
     if isinstance(expr, cst.Comparison):
-        ops = (cst.LessThan, cst.GreaterThan, cst.LessThanEqual, cst.GreaterThanEqual, cst.Equal, cst.NotEqual)
-        if not all(isinstance(c.operator, ops) for c in expr.comparisons):
+        if not all(isinstance(c.operator, COMPARISONS) for c in expr.comparisons):
             return None  # `is` / `in` are not elementwise
         if len(expr.comparisons) > 1:
             # `lo <= t <= hi` is `lo <= t and t <= hi`, the middle read twice: it must be pure
@@ -967,8 +967,7 @@ def _is_bool(expr: cst.BaseExpression, scope: cst.CSTNode) -> bool:
         value = single_binding(scope, expr.value)
         return value is not None and not mutated(scope, expr.value) and _is_bool(value, scope)
     if isinstance(expr, cst.Comparison):
-        ops = (cst.LessThan, cst.GreaterThan, cst.LessThanEqual, cst.GreaterThanEqual, cst.Equal, cst.NotEqual)
-        return len(expr.comparisons) == 1 and isinstance(expr.comparisons[0].operator, ops)
+        return len(expr.comparisons) == 1 and isinstance(expr.comparisons[0].operator, COMPARISONS)
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.BitInvert):
         return _is_bool(expr.expression, scope)
     if isinstance(expr, cst.Call):

@@ -39,6 +39,7 @@ from libcst.metadata.scope_provider import FunctionScope
 from gbfix import generated
 from gbfix.generated import piece
 from gbfix.recipes.analysis import (
+    COMPARISONS,
     changed_in_place,
     mutated,
     only_read,
@@ -77,7 +78,6 @@ def gbfix_index_or(ok, table, index, default):
     return table[index] if ok else default
 ''', needs=(TAKE_OP.name,))
 
-_ORDER = (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual, cst.Equal, cst.NotEqual)
 
 
 def _lookup(expr: cst.BaseExpression) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
@@ -104,7 +104,7 @@ def _comparisons(test: cst.BaseExpression) -> list[cst.Comparison] | None:
     if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
         left, right = _comparisons(test.left), _comparisons(test.right)
         return None if left is None or right is None else left + right
-    if not isinstance(test, cst.Comparison) or not all(isinstance(c.operator, _ORDER) for c in test.comparisons):
+    if not isinstance(test, cst.Comparison) or not all(isinstance(c.operator, COMPARISONS) for c in test.comparisons):
         return None
     out: list[cst.Comparison] = []
     prev = test.left

@@ -28,7 +28,7 @@ from __future__ import annotations
 import libcst as cst
 
 from gbfix.generated import piece
-from gbfix.recipes.analysis import pure, taken
+from gbfix.recipes.analysis import COMPARISONS, pure, taken
 from gbfix.recipes.base import Decline, Recipe, SiteContext
 from gbfix.recipes.branch import _bare, fit, single, statement
 from gbfix.recipes.guarded_index import assigned_arms, conditional
@@ -54,7 +54,6 @@ def gbfix_if_same(operands, test, then, other):
     return then() if test() else other()
 ''', imports=(("math", None), ("torch", None)))
 
-_COMPARE = (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual, cst.Equal, cst.NotEqual)
 
 
 def _operands(test: cst.BaseExpression) -> list[cst.BaseExpression] | None:
@@ -65,7 +64,7 @@ def _operands(test: cst.BaseExpression) -> list[cst.BaseExpression] | None:
         return None if left is None or right is None else left + right
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         return _operands(test.expression)
-    if isinstance(test, cst.Comparison) and all(isinstance(c.operator, _COMPARE) for c in test.comparisons):
+    if isinstance(test, cst.Comparison) and all(isinstance(c.operator, COMPARISONS) for c in test.comparisons):
         values = [test.left, *(c.comparator for c in test.comparisons)]
         return None if any(isinstance(v, (cst.Comparison, cst.BooleanOperation)) for v in values) else values
     return None

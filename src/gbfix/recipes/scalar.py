@@ -41,6 +41,7 @@ from typing import cast
 import libcst as cst
 from libcst.metadata import Assignment, FunctionScope, QualifiedNameSource
 
+from gbfix.recipes.analysis import COMPARISONS
 from gbfix.recipes.base import Decline, Recipe, Replacement, SiteContext
 from gbfix.recipes.vocabulary import (
     CASTS,
@@ -57,7 +58,6 @@ _ARITH = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide, cst.
 # floating tensor on the other side (`**` does not: pow special-cases Python exponents).
 _SCALAR_OPS = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide, cst.Modulo)
 # `x > s` compares in the promoted dtype, which a 0-dim tensor leaves as a Python scalar does.
-_ELEMENTWISE_COMPARISONS = (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual, cst.Equal, cst.NotEqual)
 _SCALAR_ASSIGN_OPS = (
     cst.AddAssign, cst.SubtractAssign, cst.MultiplyAssign, cst.DivideAssign, cst.FloorDivideAssign, cst.ModuloAssign,
 )
@@ -728,10 +728,10 @@ class ItemToTensor(Recipe):
             return ItemToTensor._partner(f, up.right if up.left is top else up.left)
         if isinstance(up, cst.Comparison) and len(up.comparisons) == 1:  # a chain would call bool()
             (target,) = up.comparisons
-            if isinstance(target.operator, _ELEMENTWISE_COMPARISONS):
+            if isinstance(target.operator, COMPARISONS):
                 return ItemToTensor._partner(f, target.comparator if up.left is top else up.left)
             return None
-        if isinstance(up, cst.ComparisonTarget) and isinstance(up.operator, _ELEMENTWISE_COMPARISONS):
+        if isinstance(up, cst.ComparisonTarget) and isinstance(up.operator, COMPARISONS):
             comparison = f.parent(up)
             return ItemToTensor._partner(f, comparison.left) if len(comparison.comparisons) == 1 else None
         if isinstance(up, cst.AugAssign) and up.value is top and isinstance(up.operator, _SCALAR_ASSIGN_OPS):
@@ -903,7 +903,7 @@ class AssertItemToTensor(Recipe):
         stmt = f.parent(comparison)
         if not isinstance(stmt, cst.Assert) or stmt.test is not comparison or len(comparison.comparisons) != 1:
             return None
-        if not isinstance(comparison.comparisons[0].operator, _ELEMENTWISE_COMPARISONS):
+        if not isinstance(comparison.comparisons[0].operator, COMPARISONS):
             return None
         if f.tensor(other):
             raise Decline("compared with a tensor: the comparison's dtype would change")

@@ -52,7 +52,7 @@ import re
 import libcst as cst
 from libcst.metadata import Assignment, QualifiedNameSource
 
-from gbfix.recipes.analysis import call_at, is_module_global, qualified_names
+from gbfix.recipes.analysis import COMPARISONS, call_at, is_module_global, qualified_names
 from gbfix.recipes.base import Recipe, Replacement, SiteContext
 from gbfix.recipes.tree import walk
 from gbfix.recipes.vocabulary import CASTS, ELEMENTWISE, PREDICATES
@@ -256,7 +256,6 @@ class OneHotNumClasses(Recipe):
 
 # ---- GB0036: boolean-mask indexing feeding a reduction ------------------------------
 
-_COMPARE = (cst.LessThan, cst.GreaterThan, cst.LessThanEqual, cst.GreaterThanEqual, cst.Equal, cst.NotEqual)
 _BITWISE = (cst.BitAnd, cst.BitOr, cst.BitXor)
 # Predicates: a boolean tensor shaped like the receiver (the comparisons broadcast with their argument).
 _BOOL_METHODS = PREDICATES | {"bool"}
@@ -351,7 +350,7 @@ class MaskedReduction(Recipe):
         if depth > 8:
             return False
         if isinstance(e, cst.Comparison):
-            return len(e.comparisons) == 1 and isinstance(e.comparisons[0].operator, _COMPARE)
+            return len(e.comparisons) == 1 and isinstance(e.comparisons[0].operator, COMPARISONS)
         if isinstance(e, cst.UnaryOperation):
             return isinstance(e.operator, cst.BitInvert) and self._is_bool(e.expression, depth + 1)
         if isinstance(e, cst.BinaryOperation):
