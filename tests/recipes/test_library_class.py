@@ -764,3 +764,169 @@ STATS = '''
             print("tinylib: Mixer.stats is experimental")
         return RESIDUAL_SCALE * h
 '''
+
+
+# --- library-patch: a module-level function of the library ---------------------
+
+OPS = """\
+import torch
+
+from .helpers import exists
+
+
+def scale_of(h, mask=None):
+    \"\"\"h, its non-finite values zeroed, masked.\"\"\"
+    if not torch.isfinite(h).all():  # BREAK
+        h = torch.nan_to_num(h, nan=0.0, posinf=0.0, neginf=0.0)
+    if exists(mask):
+        h = h * mask
+    return h
+"""
+
+CALLER = ALONE.replace("from .helpers import exists\n", "from .helpers import exists\nfrom .ops import scale_of\n")
+
+
+def patch_function(tmp_path: Path, ops: str = OPS) -> str | None:
+    """Propose at the script's call: Net.forward -> Block.forward (its body calls
+    pkg.ops.scale_of, line ``# CALLS``) -> scale_of, which breaks at ``# BREAK``."""
+    body = "h = scale_of(self.proj(x), mask)  # CALLS\nreturn x + SCALE * h"
+    folder = tmp_path / "pkg"
+    folder.mkdir()
+    (folder / "__init__.py").touch()
+    (folder / "helpers.py").write_text("def exists(v):\n    return v is not None\n")
+    layers = CALLER.format(body=textwrap.indent(body, "        "))
+    paths = {name: (folder / f"{name}.py").resolve() for name in ("layers", "model", "ops")}
+    for name, text in (("layers", layers), ("model", OUTER), ("ops", ops)):
+        paths[name].write_text(text)
+    user = (tmp_path / "run.py").resolve()
+    user.write_text(SCRIPT)
+    stack = (
+        _frame(user, SCRIPT, "# CALL", "model(torch.randn(2, 8))", "<module>"),
+        *MACHINERY,
+        _frame(paths["model"], OUTER, "# OUTER", "self.block(x)", "forward"),
+        *MACHINERY,
+        _frame(paths["layers"], layers, "# CALLS", "scale_of(self.proj(x), mask)", "forward"),
+        _frame(paths["ops"], ops, "# BREAK", "not torch.isfinite(h).all()", "scale_of"),
+    )
+    return _propose(user, stack, "GB0170", LibraryPatch)
+
+
+def test_patch_a_function_of_the_library(tmp_path):
+    """The function the break lies in is copied under a name of its own, fixed, and bound
+    in its module and in the module on the stack that imports it; its class caller is not."""
+    out = patch_function(tmp_path)
+    digest = source_digest((tmp_path / "pkg" / "ops.py").read_text().splitlines(keepends=True), 6)
+    assert out.split("\n\n\n", 2)[2] == f'''\
+# gbfix: pkg.ops.scale_of breaks the compiled graph, and gbfix does not edit pkg: while
+# that function is the code fixed here, pkg calls this copy instead.
+if _gbfix_unchanged("pkg.ops", "scale_of", "{digest}"):
+    import pkg.layers
+    import pkg.ops
+    from pkg.ops import exists
+
+    def _gbfix_fixed_scale_of(h, mask=None):
+        """h, its non-finite values zeroed, masked."""
+        # BREAK
+        h = torch.nan_to_num(h, nan=0.0, posinf=0.0, neginf=0.0)
+        if exists(mask):
+            h = h * mask
+        return h
+
+    # named as the library's function, so that its repr and pickles do not change
+    _gbfix_fixed_scale_of.__module__ = "pkg.ops"
+    _gbfix_fixed_scale_of.__name__ = _gbfix_fixed_scale_of.__qualname__ = "scale_of"
+    pkg.ops.scale_of = pkg.layers.scale_of = _gbfix_fixed_scale_of
+
+
+model = torch.compile(Net())
+print(model(torch.randn(2, 8)))  # CALL
+'''
+    assert "_GbfixFixedBlock" not in out
+
+
+def test_a_function_the_package_reexports_under_its_modules_name(tmp_path):
+    """`from pkg.ops import ops` in the package makes `pkg.ops` the function: the package's
+    binding is set too, and the module is reached through sys.modules."""
+    out = _reexported(tmp_path, OPS.replace("def scale_of(", "def ops("))
+    assert '    sys.modules["pkg.ops"].ops = pkg.ops = _gbfix_fixed_ops\n' in out
+    assert "    import pkg.ops\n    import sys\n" in out
+
+
+def _reexported(tmp_path: Path, ops: str) -> str | None:
+    """Propose at a script that compiles the package's `pkg.ops` (the function) and calls it."""
+    folder = tmp_path / "pkg"
+    folder.mkdir()
+    (folder / "__init__.py").write_text("from pkg.ops import ops\n")
+    (folder / "helpers.py").write_text("def exists(v):\n    return v is not None\n")
+    path = (folder / "ops.py").resolve()
+    path.write_text(ops)
+    script = "import torch\n\nimport pkg\n\nf = torch.compile(pkg.ops)\nprint(f(torch.randn(2, 8)))  # CALL\n"
+    user = (tmp_path / "run.py").resolve()
+    user.write_text(script)
+    stack = (
+        _frame(user, script, "# CALL", "f(torch.randn(2, 8))", "<module>"),
+        _frame(path, ops, "# BREAK", "not torch.isfinite(h).all()", "ops"),
+    )
+    return _propose(user, stack, "GB0170", LibraryPatch)
+
+
+@pytest.mark.parametrize(
+    "ops",
+    [
+        OPS.replace("    return h\n", "    return scale_of(h) if h.dim() > 3 else h\n"),  # calls itself by its global
+        OPS.replace("def scale_of(", "@HOOKS.append\ndef scale_of(").replace("from .helpers import exists\n", "from .helpers import exists\n\nHOOKS = []\n"),
+        OPS.replace('    """h, its', '    global SEEN\n    """h, its'),
+    ],
+    ids=["recursive", "registry-decorator", "global"],
+)
+def test_functions_that_mean_something_else_as_a_copy(tmp_path, ops):
+    """Declined for the function; the method above it (Block.forward) has no break a recipe
+    fixes at its call of the function, so nothing is proposed."""
+    assert patch_function(tmp_path, ops) is None
+
+
+def test_library_class_leaves_a_function_to_the_patch(tmp_path):
+    """library-class constructs a subclass: a module-level function below the user's call is not its."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "helpers.py").write_text("def exists(v):\n    return v is not None\n")
+    path = (tmp_path / "pkg" / "ops.py").resolve()
+    path.write_text(OPS)
+    model = "import torch\n\nfrom pkg.ops import scale_of\n\n\ndef step(x):\n    return scale_of(x)  # CALL\n"
+    user = (tmp_path / "model.py").resolve()
+    user.write_text(model)
+    stack = (_frame(user, model, "# CALL", "scale_of(x)", "step"), _frame(path, OPS, "# BREAK", "not torch.isfinite(h).all()", "scale_of"))
+    assert _propose(user, stack, "GB0170", LibraryClass) is None
+
+
+def test_engine_patches_a_function_of_the_library(tmp_path):
+    """tinylib's Mixer.forward calls tinylib.scale.scale (re-exported by the package as
+    `tinylib.scale`), which tests `if not torch.isfinite(h).all()`: the fixed copy is bound in
+    tinylib.scale (through sys.modules), tinylib.blocks and the package; no break is left, the
+    output is the same, tinylib stays byte-identical, and with scale changed the guard is off."""
+    shutil.copytree(FIXTURES / "library_patch", tmp_path, dirs_exist_ok=True)
+    lib = tmp_path / "tinylib"
+    (lib / "scale.py").write_text(
+        "import torch\n\n\ndef scale(x, h, factor):\n"
+        "    if not torch.isfinite(h).all():\n        h = torch.nan_to_num(h)\n    return x + factor * h\n"
+    )
+    blocks = lib / "blocks.py"
+    blocks.write_text(
+        blocks.read_text()
+        .replace("from .utils import exists\n", "from .scale import scale\nfrom .utils import exists\n")
+        .replace("        return x + RESIDUAL_SCALE * h\n", "        return scale(x, h, RESIDUAL_SCALE)\n")
+        .replace('        if self.verbose:\n            print("tinylib: Mixer(verbose=True) is deprecated; use TinyModel.stats()")\n', "")
+    )
+    (lib / "__init__.py").write_text((lib / "__init__.py").read_text() + "from tinylib.scale import scale\n")
+    library = {p.relative_to(tmp_path): p.read_bytes() for p in lib.rglob("*.py")}
+    before = _run(tmp_path)
+    script = (tmp_path / "run.py").resolve()
+    result = engine.fix([script], parse_entry("python -m run", tmp_path), engine.Options())
+    assert [o.edit.recipe for o in result.outcomes if o.status == "applied"] == ["library-patch"]
+    assert result.remaining == 0 and set(result.fixed) == {script}
+    script.write_bytes(result.fixed[script])
+    assert 'sys.modules["tinylib.scale"].scale = tinylib.blocks.scale = tinylib.scale = _gbfix_fixed_scale' in script.read_text()
+    assert {p.relative_to(tmp_path): p.read_bytes() for p in lib.rglob("*.py")} == library
+    assert _run(tmp_path) == before
+    (lib / "scale.py").write_text((lib / "scale.py").read_text().replace("return x + factor * h", "return x + 2 * factor * h"))
+    assert _run(tmp_path) != before  # the guard is off: tinylib's own (changed) function runs

@@ -103,6 +103,20 @@ of the patch the user's file binds otherwise. A construction that runs before
 the patch (at import of a module imported above it) leaves the break, and the
 verifier rejects the edit.
 
+When the break lies in a module-level function of the library (``canny`` in
+kornia, a loss or attention function in transformers), or in one such function
+the innermost library method on the stack calls, ``library-patch`` copies that
+function instead, under a name of its own (``_gbfix_fixed_canny``, named as the
+library's for its repr and pickles), and binds it under the same guard in the
+defining module, in the modules on the stack that import it, and in the
+packages above it that re-export it (``from .canny import canny`` makes
+``kornia.filters.canny`` the function: the module is then reached through
+``sys.modules``). Reads of the function at import other than a dict's entries
+(a registry, a default argument) keep the library's function: a break left,
+which the verifier sees. Declined besides: a function that calls itself
+through its module's global. When no recipe fixes the function, the next one
+up the stack is tried, up to the innermost method.
+
 Four recipes with the safety of the recipes they apply: ``library-class`` and
 ``library-patch`` apply the safe ones, ``library-class-unsafe`` and
 ``library-patch-unsafe`` the unsafe ones.
@@ -118,7 +132,7 @@ import inspect
 import io
 import os
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import cast
@@ -252,18 +266,21 @@ def _machinery(frame: Frame) -> bool:
 
 @functools.lru_cache(maxsize=32)
 def method_spans(path: str, stamp: tuple[int, int]) -> tuple[tuple[str, str, int, int], ...]:
-    """(class, name, first line, last line) of each method of a module-level class, by
-    ``ast``: some 50 times faster than LibCST, which a torch file can keep busy
-    for seconds, so most frames are turned down before LibCST sees their file.
-    ``stamp`` (mtime, size) keys the cache to the file's version."""
+    """(class, name, first line, last line) of each method of a module-level class and
+    (with class "") of each module-level function, by ``ast``: some 50 times faster
+    than LibCST, which a torch file can keep busy for seconds, so most frames are
+    turned down before LibCST sees their file. ``stamp`` (mtime, size) keys the
+    cache to the file's version."""
     tree = ast.parse(Path(path).read_bytes())
-    return tuple(
+    methods = [
         (cls.name, fn.name, fn.lineno, fn.end_lineno or fn.lineno)
         for cls in tree.body
         if isinstance(cls, ast.ClassDef)
         for fn in cls.body
         if isinstance(fn, ast.FunctionDef)
-    )
+    ]
+    functions = [("", fn.name, fn.lineno, fn.end_lineno or fn.lineno) for fn in tree.body if isinstance(fn, ast.FunctionDef)]
+    return (*methods, *functions)
 
 
 @functools.lru_cache(maxsize=8)
@@ -272,21 +289,27 @@ def _parse_library(path: str, stamp: tuple[int, int]) -> ParsedFile:
 
 
 def _library(frame: Frame) -> tuple[Path, ParsedFile]:
-    """The library file holding the frame, parsed, if the frame is in a method of a module-level class."""
+    """The library file holding the frame, parsed, if the frame is in a method of a
+    module-level class or in a module-level function."""
     path = os.path.realpath(frame.file)
     try:
         st = os.stat(path)
         stamp = (st.st_mtime_ns, st.st_size)
         if not any(name == frame.name and a <= frame.line <= b for _, name, a, b in method_spans(path, stamp)):
-            raise Decline("the frame is not in a method of a module-level class")
+            raise Decline("the frame is not in a method of a module-level class, nor in a module-level function")
         return Path(path), _parse_library(path, stamp)
     except (OSError, SyntaxError, ValueError, GbfixError, cst.ParserSyntaxError) as e:
         raise Decline(f"cannot read {path}") from e
 
 
-def _method_at(lib: ParsedFile, frame: Frame) -> tuple[cst.ClassDef, cst.FunctionDef]:
-    """The module-level class and its method whose body holds the frame's line."""
+def _method_at(lib: ParsedFile, frame: Frame) -> tuple[cst.ClassDef | None, cst.FunctionDef]:
+    """The module-level class and its method whose body holds the frame's line; or
+    None and the module-level function that does."""
     for stmt in lib.module.body:
+        if isinstance(stmt, cst.FunctionDef) and stmt.name.value == frame.name:
+            (a, _), (b, _) = lib.span(stmt)
+            if a <= frame.line <= b:
+                return None, stmt
         if not isinstance(stmt, cst.ClassDef) or not isinstance(stmt.body, cst.IndentedBlock):
             continue
         (first, _), (last, _) = lib.span(stmt)
@@ -297,11 +320,11 @@ def _method_at(lib: ParsedFile, frame: Frame) -> tuple[cst.ClassDef, cst.Functio
                 (a, _), (b, _) = lib.span(fn)
                 if a <= frame.line <= b:
                     return stmt, fn
-    raise Decline("the frame is not in a method of a module-level class")
+    raise Decline("the frame is not in a method of a module-level class, nor in a module-level function")
 
 
-def _check_method(lib: ParsedFile, fn: cst.FunctionDef, libmod: str) -> None:
-    """What would mean something else in another class or module."""
+def _check_method(lib: ParsedFile, fn: cst.FunctionDef, libmod: str, method: bool = True) -> None:
+    """What would mean something else in another class or module (``method``: of a class)."""
     if fn.asynchronous or not isinstance(fn.body, cst.IndentedBlock):
         raise Decline("async or a one-line method")
     for decorator in fn.decorators:
@@ -319,7 +342,7 @@ def _check_method(lib: ParsedFile, fn: cst.FunctionDef, libmod: str) -> None:
         if attr.attr.value == "__class__" or _mangled(attr.attr.value):
             raise Decline(f"uses .{attr.attr.value}")
     params = fn.params.posonly_params or fn.params.params
-    me = params[0].name.value if params else None
+    me = params[0].name.value if params and method else None
     for call in nodes(fn, cst.Call):
         func = call.func
         if isinstance(func, cst.Name) and func.value == "type" and [_name_of(a.value) for a in call.args] == [me]:
@@ -350,6 +373,8 @@ def _free_globals(lib: ParsedFile, fn: cst.FunctionDef) -> set[str]:
     """Module globals the method reads (builtins aside)."""
     found: set[str] = set()
     for name in variables(fn):
+        if name is fn.name:  # a module-level function's own name: bound, not read
+            continue
         scope = lib.scopes.get(name)
         if scope is None:
             continue
@@ -539,6 +564,8 @@ def _fix(ctx: SiteContext, safety: Safety) -> cst.Module:
     frame = ctx.site.brk.stack[lib_at]
     path, lib = _library(frame)
     owner, method = _method_at(lib, frame)
+    if owner is None:
+        raise Decline("a module-level function: library-patch binds its fixed copy where the library calls it")
     libmod = module_name(path)
     _check_method(lib, method, libmod)
     call, cls_name = _construction(ctx, libmod, _subclass_chain(lib, owner, method.name.value))
@@ -657,12 +684,33 @@ def _subclass(ctx: SiteContext, lib: ParsedFile, method: cst.FunctionDef, sub: s
     return subclass
 
 
+def _function_copy(ctx: SiteContext, lib: ParsedFile, fn: cst.FunctionDef, sub: str) -> cst.FunctionDef:
+    """The library's text of the module-level function ``fn``, verbatim but for its name, ``sub``."""
+    (first, col), (last, _) = _start(lib, fn), lib.span(fn)[1]
+    lines = lib.source.text.splitlines()[first - 1 : last]
+    at_def = lib.span(fn)[0][0] - first
+    named = f"def {fn.name.value}("
+    if col or not lines or not lines[at_def].startswith(named):
+        raise Decline("the function does not start its line")
+    lines[at_def] = f"def {sub}(" + lines[at_def][len(named) :]
+    try:
+        copy = cst.parse_statement(ctx.module.default_newline.join(lines) + ctx.module.default_newline, config=ctx.module.config_for_parsing)
+    except cst.ParserSyntaxError as e:
+        raise Decline("the copied function does not parse alone") from e
+    assert isinstance(copy, cst.FunctionDef)
+    return copy
+
+
 def _start(lib: ParsedFile, method: cst.FunctionDef) -> tuple[int, int]:
     """Where the method's text starts: its first decorator, else its ``def`` (LibCST's span starts there)."""
     return lib.span(method.decorators[0] if method.decorators else method)[0]
 
 
 def _copied_method(parsed: ParsedFile, sub: str, name: str) -> cst.FunctionDef:
+    """The copy: method ``name`` of class ``sub``, or the function ``sub``."""
+    copies = [f for f in nodes(parsed.module, cst.FunctionDef) if f.name.value == sub]
+    if copies:
+        return copies[0]
     cls = next(c for c in nodes(parsed.module, cst.ClassDef) if c.name.value == sub)
     assert isinstance(cls.body, cst.IndentedBlock)
     return next(fn for fn in cls.body.body if isinstance(fn, cst.FunctionDef) and fn.name.value == name)
@@ -687,11 +735,35 @@ def _moved_frame(lib: ParsedFile, method: cst.FunctionDef, frame: Frame, source:
 
 
 def _patch(ctx: SiteContext, safety: Safety) -> cst.Module:
+    """The patch of the innermost library function on the stack that a recipe fixes,
+    up to the innermost method (a module-level function the break lies in, or the one
+    that calls it, else the method above them)."""
     stack = ctx.site.brk.stack
     user_at = own_frame_at(ctx.site.brk, ctx.site.path)
     if user_at is None:
         raise Decline("the site's frame is not in the stack")
-    lib_at, path, lib, owner, method = _innermost_method(stack, user_at)
+    declined: Decline | None = None
+    for lib_at, path, lib, owner, fn in _library_code(stack, user_at):
+        if owner is not None:
+            return _patch_class(ctx, safety, user_at, lib_at, path, lib, owner, fn)
+        try:
+            return _patch_function(ctx, safety, user_at, lib_at, path, lib, fn)
+        except Decline as e:
+            declined = declined or e
+    raise declined or Decline("no library method or function in the stack below the user's call")
+
+
+def _patch_class(
+    ctx: SiteContext,
+    safety: Safety,
+    user_at: int,
+    lib_at: int,
+    path: Path,
+    lib: ParsedFile,
+    owner: cst.ClassDef,
+    method: cst.FunctionDef,
+) -> cst.Module:
+    stack = ctx.site.brk.stack
     libmod = module_name(path)
     _check_method(lib, method, libmod)
     name = owner.name.value
@@ -720,20 +792,60 @@ def _patch_import(lib: ParsedFile, libmod: str, name: str) -> tuple[str, str | N
     return (libmod, name, None) if imp[0].split(".")[0] == libmod.split(".")[0] else imp
 
 
-def _innermost_method(stack: tuple[Frame, ...], user_at: int) -> tuple[int, Path, ParsedFile, cst.ClassDef, cst.FunctionDef]:
-    """The innermost frame below the user's that is a method of a module-level
-    class of a library (not torch's, not the standard library's), and that method."""
+def _library_code(
+    stack: tuple[Frame, ...], user_at: int
+) -> Iterator[tuple[int, Path, ParsedFile, cst.ClassDef | None, cst.FunctionDef]]:
+    """The frames below the user's in a library (not torch's, not the standard
+    library's), innermost first, that are module-level functions, up to the first
+    that is a method of a module-level class: each with its class (None for a
+    function) and its function."""
     for j in range(len(stack) - 1, user_at, -1):
         frame = stack[j]
         if not frame.file.endswith(".py") or _machinery(frame) or torch_or_stdlib(frame.file):
             continue
         try:
             path, lib = _library(frame)
-            owner, method = _method_at(lib, frame)
+            owner, fn = _method_at(lib, frame)
         except Decline:
             continue
-        return j, path, lib, owner, method
-    raise Decline("no library method in the stack below the user's call")
+        yield j, path, lib, owner, fn
+        if owner is not None:
+            return
+
+
+def _patch_function(
+    ctx: SiteContext, safety: Safety, user_at: int, lib_at: int, path: Path, lib: ParsedFile, fn: cst.FunctionDef
+) -> cst.Module:
+    """A module-level function of a library, copied under a name of its own and bound,
+    under the guard, where the library calls it: its module's global and the globals of
+    the modules on the stack that import it (``from .utils import f``). Entries of
+    dicts of functions (``LOSS_MAPPING = {"ForCausalLM": f}``) get it too; other reads
+    at import (a default argument, a registry) keep the library's function, which is
+    only a break left, which the verifier sees."""
+    stack = ctx.site.brk.stack
+    libmod = module_name(path)
+    _check_method(lib, fn, libmod, method=False)
+    name = fn.name.value
+    free = _free_globals(lib, fn)
+    if name in free:
+        raise Decline(f"{name} calls itself through its module's global")
+    binds = {libmod: (lib, name), **_importers(stack[user_at + 1 : lib_at], libmod, name), **_reexporters(path, libmod, name)}
+    entries = [f"{mod}.{entry}" for mod, (parsed, local) in binds.items() for entry in _read_at_import(parsed, local, strict=False)]
+    sub = f"_gbfix_fixed_{name}"
+    for taken in {sub, *{m.split(".")[0] for m in binds}}:
+        if any(not isinstance(b, cst.Import) for b in global_bindings(ctx, taken)):
+            raise Decline(f"{taken} is bound to something else in this file")
+    needed = [_patch_import(lib, libmod, n) for n in _unbound(ctx, lib, free)]
+    # `from .canny import canny` in a package makes `kornia.filters.canny` the function: the
+    # module is then reached through sys.modules
+    shadowed = [m for m in binds if m.rsplit(".", 1)[-1] == binds[m][1]]
+    rebound = [
+        *(f'sys.modules["{mod}"].{local}' if mod in shadowed else f"{mod}.{local}" for mod, (_, local) in binds.items()),
+        *entries,
+    ]
+    imported = sorted([*binds, *(["sys"] if shadowed else [])])
+    module, first_line = _with_patch(ctx, lib, fn, sub, libmod, name, imported, rebound, needed, function=True)
+    return _fix_copy(ctx, safety, module, first_line, sub, lib, fn, user_at, lib_at)
 
 
 def _importers(frames: tuple[Frame, ...], libmod: str, name: str) -> dict[str, tuple[ParsedFile, str]]:
@@ -749,28 +861,55 @@ def _importers(frames: tuple[Frame, ...], libmod: str, name: str) -> dict[str, t
             mod = module_name(path)
         except Decline:
             continue
-        if mod == libmod or mod in found:
-            continue
-        for stmt in parsed.module.body:
-            for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
-                if not isinstance(small, cst.ImportFrom) or isinstance(small.names, cst.ImportStar):
-                    continue
-                source = _absolute(parsed, mod, small)
-                if source != libmod and not libmod.startswith(source + "."):
-                    continue
-                for alias in small.names:
-                    if parsed.module.code_for_node(alias.name) == name:
-                        found[mod] = (parsed, parsed.module.code_for_node(alias.asname.name) if alias.asname else name)
+        if mod != libmod and mod not in found:
+            found.update(_importer(parsed, mod, libmod, name))
     return found
 
 
-def _read_at_import(lib: ParsedFile, name: str) -> list[str]:
+def _reexporters(path: Path, libmod: str, name: str) -> dict[str, tuple[ParsedFile, str]]:
+    """The packages above ``libmod`` whose ``__init__`` imports its function ``name``
+    (``from .canny import canny``): a user calls ``kornia.filters.canny``."""
+    found: dict[str, tuple[ParsedFile, str]] = {}
+    package = libmod.split(".")[:-1] if path.name != "__init__.py" else libmod.split(".")
+    folder = path.parent
+    while package:
+        init = folder / "__init__.py"
+        try:
+            st = init.stat()
+            parsed = _parse_library(str(init), (st.st_mtime_ns, st.st_size))
+        except (OSError, SyntaxError, ValueError, GbfixError, cst.ParserSyntaxError):
+            break
+        mod = ".".join(package)
+        if mod != libmod:
+            found.update(_importer(parsed, mod, libmod, name))
+        package, folder = package[:-1], folder.parent
+    return found
+
+
+def _importer(parsed: ParsedFile, mod: str, libmod: str, name: str) -> dict[str, tuple[ParsedFile, str]]:
+    """``{mod: (parsed, local name)}`` when module ``mod`` imports ``libmod``'s ``name``
+    at module level (from ``libmod`` or a package above it), else nothing."""
+    found: dict[str, tuple[ParsedFile, str]] = {}
+    for stmt in parsed.module.body:
+        for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
+            if not isinstance(small, cst.ImportFrom) or isinstance(small.names, cst.ImportStar):
+                continue
+            source = _absolute(parsed, mod, small)
+            if source != libmod and not libmod.startswith(source + "."):
+                continue
+            for alias in small.names:
+                if parsed.module.code_for_node(alias.name) == name:
+                    found[mod] = (parsed, parsed.module.code_for_node(alias.asname.name) if alias.asname else name)
+    return found
+
+
+def _read_at_import(lib: ParsedFile, name: str, strict: bool = True) -> list[str]:
     """The entries (``CLASSES["eager"]``) of module-level dicts of classes that
-    hold the module's global ``name``: the patch sets them too. Declined: any
-    other read of the name while the module is imported (outside any function:
-    a subclass's base, a class attribute), which keeps the class bound before
-    the patch, and would make ``isinstance`` of an instance of another subclass
-    false once the name is rebound."""
+    hold the module's global ``name``: the patch sets them too. Declined when
+    ``strict`` (a class): any other read of the name while the module is imported
+    (outside any function: a subclass's base, a class attribute), which keeps the
+    class bound before the patch, and would make ``isinstance`` of an instance of
+    another subclass false once the name is rebound."""
     entries = []
     for assignment in lib.scopes[lib.module][name]:
         for access in assignment.references:
@@ -782,9 +921,10 @@ def _read_at_import(lib: ParsedFile, name: str) -> list[str]:
             if isinstance(scope, FunctionScope):
                 continue
             entry = _dict_entry(lib, access.node)
-            if entry is None:
+            if entry is None and strict:
                 raise Decline(f"the library reads {name} at import (a base class, a class attribute)")
-            entries.append(entry)
+            if entry is not None:
+                entries.append(entry)
     return entries
 
 
@@ -844,11 +984,13 @@ def _with_patch(
     modules: list[str],
     rebound: list[str],
     needed: list[tuple[str, str | None, str | None]],
+    function: bool = False,
 ) -> tuple[cst.Module, int]:
     """The user's module with the patch after its imports: under a check that the
     library's method is the text copied, the subclass, named as the library's class,
     bound to each of ``rebound`` (``module.Name``, ``module.CLASSES["key"]``); and the
-    line where the copied method starts."""
+    line where the copied method starts. ``function``: ``method`` is the module-level
+    function ``name``, copied as the function ``sub``."""
     meth = method.name.value
     lines = io.StringIO(lib.source.text, newline=None).readlines()
     digest = source_digest(lines, _start(lib, method)[0])
@@ -856,16 +998,17 @@ def _with_patch(
     config = ctx.module.config_for_parsing
     head = [f"import {m}" for m in sorted(modules)] + _import_lines(needed, newline)
     tail = [f'{sub}.__module__ = "{libmod}"', f'{sub}.__name__ = {sub}.__qualname__ = "{name}"', f"{' = '.join(rebound)} = {sub}"]
-    why = "# named as the library's class, so that print(model) and pickles do not change"
+    kind = "function, so that its repr and pickles" if function else "class, so that print(model) and pickles"
+    why = f"# named as the library's {kind} do not change"
     blank = cst.EmptyLine(indent=False)
-    subclass = _subclass(ctx, lib, method, sub, f"{libmod}.{name}").with_changes(leading_lines=[blank])
+    copy = _function_copy(ctx, lib, method, sub) if function else _subclass(ctx, lib, method, sub, f"{libmod}.{name}")
     end = [cst.parse_statement(t + newline, config=config) for t in tail]
     end[0] = end[0].with_changes(leading_lines=[blank, cst.EmptyLine(comment=cst.Comment(why))])
-    if_ = _guarded_if(ctx, libmod, name, [(meth, digest)])
+    if_ = _guarded_if(ctx, libmod, "" if function else name, [(meth, digest)])
     body = [cst.parse_statement(h + newline, config=config) for h in head]
     patch = if_.with_changes(
-        body=if_.body.with_changes(body=[*body, subclass, *end]),
-        leading_lines=[cst.EmptyLine(), cst.EmptyLine(), *_patch_note(libmod, name, [meth])],
+        body=if_.body.with_changes(body=[*body, copy.with_changes(leading_lines=[blank]), *end]),
+        leading_lines=[cst.EmptyLine(), cst.EmptyLine(), *_patch_note(libmod, "" if function else name, [meth])],
     )
     module = add_helpers(ctx.module, {_GUARD: _GUARD_CODE})
     at = next(i for i, stmt in enumerate(module.body) if isinstance(stmt, cst.FunctionDef) and stmt.name.value == _GUARD) + 1
@@ -873,9 +1016,12 @@ def _with_patch(
     if rest:
         rest = [blank_lines_before(rest[0], 2), *rest[1:]]
     module = module.with_changes(body=[*module.body[:at], patch, *rest])
+    code = module.code.splitlines()
+    if function:  # its decorators start the copy
+        at_def = next(i for i, line in enumerate(code, 1) if line.strip().startswith(f"def {sub}("))
+        return module, at_def - (lib.span(method)[0][0] - _start(lib, method)[0])
     header = f"class {sub}({libmod}.{name}):"
-    copied_at = next(i for i, line in enumerate(module.code.splitlines(), 1) if line.strip() == header) + 1
-    return module, copied_at
+    return module, next(i for i, line in enumerate(code, 1) if line.strip() == header) + 1
 
 
 def _import_lines(needed: list[tuple[str, str | None, str | None]], newline: str) -> list[str]:
@@ -896,9 +1042,10 @@ def _import_lines(needed: list[tuple[str, str | None, str | None]], newline: str
 
 
 def _guarded_if(ctx: SiteContext, libmod: str, name: str, methods: list[tuple[str, str]]) -> cst.If:
-    """``if <guard>(...) [and <guard>(...)]:`` over each patched method and its digest (body ``pass``)."""
+    """``if <guard>(...) [and <guard>(...)]:`` over each patched method of class ``name``
+    (a module-level function when ``name`` is empty) and its digest (body ``pass``)."""
     newline = ctx.module.default_newline
-    guards = [f'{_GUARD}("{libmod}", "{name}.{meth}", "{digest}")' for meth, digest in methods]
+    guards = [f'{_GUARD}("{libmod}", "{f"{name}.{meth}" if name else meth}", "{digest}")' for meth, digest in methods]
     test = guards[0] if len(guards) == 1 else f"({newline}" + "".join(
         f"    {'and ' if i else ''}{g}{newline}" for i, g in enumerate(guards)
     ) + ")"
@@ -908,14 +1055,18 @@ def _guarded_if(ctx: SiteContext, libmod: str, name: str, methods: list[tuple[st
 
 
 def _patch_note(libmod: str, name: str, methods: list[str]) -> list[cst.EmptyLine]:
+    """The comment above a patch of methods of class ``name``, or of a function (``name`` empty)."""
     top = libmod.split(".")[0]
-    what = f"{libmod}.{name}.{methods[0]} breaks" if len(methods) == 1 else (
-        f"{libmod}.{name}.{', .'.join(methods[:-1])} and .{methods[-1]} break"
-    )
-    those = "that method is" if len(methods) == 1 else "those methods are"
+    if not name:
+        what, those, instead = f"{libmod}.{methods[0]} breaks", "that function is", "calls this copy"
+    else:
+        what = f"{libmod}.{name}.{methods[0]} breaks" if len(methods) == 1 else (
+            f"{libmod}.{name}.{', .'.join(methods[:-1])} and .{methods[-1]} break"
+        )
+        those, instead = ("that method is" if len(methods) == 1 else "those methods are"), "builds this subclass"
     note = textwrap.wrap(
         f"gbfix: {what} the compiled graph, and gbfix does not edit {top}:"
-        f" while {those} the code fixed here, {top} builds this subclass instead.",
+        f" while {those} the code fixed here, {top} {instead} instead.",
         width=88,
         initial_indent="# ",
         subsequent_indent="# ",
@@ -1006,7 +1157,7 @@ class LibraryPatch(_LibraryPatch):
     codes = _codes("safe")
     safety = "safe"
     tolerates = _tolerates("safe")
-    summary = "a break in a method of a class the library builds itself: the fixed subclass is bound in the library's modules, after this file's imports, while the method's source is the one fixed"
+    summary = "a break in a method of a class the library builds itself, or in a library function: the fixed subclass (or function) is bound in the library's modules, after this file's imports, while the library's source is the one fixed"
 
 
 class LibraryPatchUnsafe(_LibraryPatch):
