@@ -165,6 +165,20 @@ def test_equals_the_statement_on_shapes_dtypes_and_masks(helper):
     assert taken > 500  # the grid reaches the torch.where path, not only errors
 
 
+def test_a_row_mask_on_a_square_target_selects_rows(helper):
+    # `torch.where` aligns the mask from the right, indexing from the left: on a square
+    # target a row mask without trailing dimensions would pick columns, and a mask that
+    # is all true or all false in the verifier's run would not show it.
+    torch, copy = helper
+    a, b, rows = torch.zeros(3, 3), torch.arange(9.0).view(3, 3), torch.tensor([True, False, False])
+    want = a.clone()
+    _original(want, rows, b)
+    assert not torch.equal(torch.where(rows, b, a), want)  # the naive spelling is wrong here
+    got = a.clone()
+    copy(got, rows, b)
+    assert torch.equal(got, want)
+
+
 def test_same_gradients_and_aliases_see_the_write(helper):
     torch, copy = helper
     torch.manual_seed(0)
