@@ -113,7 +113,7 @@ def test_declines_a_taken_helper_name():
 
 def test_leaves_other_statements_to_other_recipes():
     # not a masked write: no decline reason to report
-    for line in ("x = b[m].sum()", "a[m] = 0.0", "out = b[m]"):
+    for line in ("x = b[m].sum()", "a[m] = 0.0", "out = b[m]", "a[0, 1] = b[m].sum()"):
         _, rw, declined = _propose(FUNCTION.format(line=line), line.split("= ")[-1])
         assert rw is None and declined is None, line
 

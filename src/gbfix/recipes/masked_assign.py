@@ -83,6 +83,8 @@ class MaskedCopy(Recipe):
         target, value = statement.targets[0].target, _bare(statement.value)
         written = _lookup(target)
         if written is None:
+            if not isinstance(value, cst.Subscript):
+                return None  # not a copy between subscripts: the break is another read
             raise Decline("the target's index is not a lone mask (`A[M, :3]`, a slice): the helper copies whole rows")
         a, mask = written
         read = _lookup(value)
