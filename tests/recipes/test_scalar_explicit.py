@@ -511,6 +511,24 @@ def test_declines_unannotated_parameter_rebound():
     assert at(fn("x = x * w.sum().item()\nreturn x", "x, w: torch.Tensor"), "w.sum().item()") is None
 
 
+def test_parameter_shown_a_tensor_before_it_is_rebound():
+    # `x.abs()` reads the argument itself (first statement, no loop): x holds a tensor there
+    out = at(fn("s = x.abs().max().item()\ny = x * s\nx = x + 1\nreturn y, x", "x"), "x.abs().max().item()")
+    assert "s = x.abs().max().detach()\n" in out
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "x = x + 1\ns = x.abs().max().item()\nreturn x * s",  # the evidence reads the new binding
+        "for _ in range(2):\n    s = x.abs().max().item()\n    x = x * s\nreturn x",  # a loop: the 2nd pass reads it too
+    ],
+    ids=["after-rebinding", "in-a-loop"],
+)
+def test_declines_parameter_evidence_after_a_rebinding(body):
+    assert at(fn(body, "x"), "x.abs().max().item()") is None
+
+
 def test_declines_module_level_name():
     src = """
     import torch

@@ -416,12 +416,17 @@ class _Facts:
         if p.annotation is not None:
             ann = self.ctx.code(p.annotation.annotation).strip("'\"")
             return ann.rpartition(".")[2] in _TENSOR_ANNOTATIONS | _INT_ANNOTATIONS
-        # Unannotated: a tensor if, as its only binding, it receives a tensor-only method call.
+        # Unannotated: a tensor if it receives a tensor-only method call while it still
+        # holds the argument: before any other binding of the name, outside any loop.
         scope = self.scopes.get(p.name)
-        if scope is None or len(scope[p.name.value]) != 1:
+        if scope is None:
             return False
-        (assignment,) = scope[p.name.value]
-        for ref in assignment.references:
+        bindings = list(scope[p.name.value])
+        mine = [a for a in bindings if a.node is p]
+        if len(mine) != 1:
+            return False
+        others = [self.ctx.file.span(a.node)[0] for a in bindings if a.node is not p]
+        for ref in mine[0].references:
             attr = self.parent(ref.node)
             call = self.parent(attr) if isinstance(attr, cst.Attribute) else None
             if (
@@ -429,6 +434,8 @@ class _Facts:
                 and call.func is attr
                 and attr.value is ref.node
                 and attr.attr.value in _TENSOR_ONLY
+                and all(self.ctx.file.span(ref.node)[0] < at for at in others)
+                and (not others or not any(isinstance(a, (cst.For, cst.While)) for a in self.ctx.ancestors(ref.node)))
             ):
                 return True
         return False
