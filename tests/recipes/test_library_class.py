@@ -930,3 +930,22 @@ def test_engine_patches_a_function_of_the_library(tmp_path):
     assert _run(tmp_path) == before
     (lib / "scale.py").write_text((lib / "scale.py").read_text().replace("return x + factor * h", "return x + 2 * factor * h"))
     assert _run(tmp_path) != before  # the guard is off: tinylib's own (changed) function runs
+
+
+def test_a_helper_name_the_script_binds_otherwise(tmp_path):
+    """The inner recipe runs on the library's file, where gbfix_print is free; the helper goes
+    to the script, which binds the name to something else: declined."""
+    body = 'note = "block"\nprint(note, self.proj(x).norm())  # BREAK\nreturn x'
+    script = SCRIPT.replace("from pkg.model import Net\n", "from pkg.model import Net\n\ngbfix_print = None\n")
+    assert patch(tmp_path, script, body=body) is None
+    (tmp_path / "again").mkdir()
+    assert "gbfix_print(" in patch(tmp_path / "again", body=body)
+
+
+def test_the_inner_recipe_sees_the_librarys_class(tmp_path):
+    """`self.buf` is a tensor because the library's __init__ says so: the inner recipe
+    (item-to-tensor) runs on the library's file, where it sees that; a copy alone does not."""
+    layers = ALONE.replace("self.proj = nn.Linear(dim, dim)", "self.proj = nn.Linear(dim, dim)\n        self.buf = torch.ones(dim)")
+    body = "return self.buf * x.sum().item()  # BREAK"
+    out = patch(tmp_path, body=body, layers=layers, code="GB0124", lib_span="x.sum().item()")
+    assert "            return self.buf * x.sum().detach()  # BREAK\n" in out

@@ -43,9 +43,11 @@ attribute called when there are several), else at module level; the
 constructed name must be imported at module level from the library's package.
 
 The inner recipes (the registry's, up to this module, for the break's code)
-run on the user's file with the subclass already in it, so what they check
-(scopes, the helpers they add) is checked where the code will live; the first
-that rewrites the copied method wins. Each module global the method reads is
+run on the library's own file, the break's library frame the site, so they see
+the method's class (what ``__init__`` assigns to ``self``) and module as they
+would on the package side; the first whose rewrite lies in the method wins, and
+the rewritten method replaces the copy (the helpers and imports it needs go to
+the user's file, where names it binds otherwise are declined as before). Each module global the method reads is
 imported under the same name (the library's own import, made absolute, or
 ``from <library module> import <name>``); a name the user's file already binds
 to something else is declined, as are methods that would mean something else
@@ -133,7 +135,6 @@ import io
 import os
 import textwrap
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import cast
 
@@ -145,11 +146,11 @@ from libcst.metadata import FunctionScope, QualifiedNameSource
 from gbfix import edits, recipes
 from gbfix.errors import GbfixError
 from gbfix.locate import Locator, ParsedFile, own_frame_at, torch_or_stdlib
-from gbfix.recipes.analysis import call_at, global_bindings, module_name, qualified_names
+from gbfix.recipes.analysis import call_at, global_bindings, module_name, qualified_names, taken
 from gbfix.recipes.base import Decline, Recipe, Replacement, SiteContext
 from gbfix.recipes.layout import add_helpers, blank_lines_before
 from gbfix.recipes.tree import nodes, variables
-from gbfix.records import Frame, Safety
+from gbfix.records import Edit, Frame, Safety, Site
 from gbfix.sources import SourceFile, read
 
 _HERE = "library_class"
@@ -575,53 +576,68 @@ def _fix(ctx: SiteContext, safety: Safety) -> cst.Module:
     if global_bindings(ctx, sub):
         raise Decline(f"{sub} is taken")
     needed = _imports(ctx, lib, libmod, _free_globals(lib, method))
-    module, first_line = _with_subclass(ctx, lib, method, call, sub, at, libmod, owner.name.value, needed)
-    return _fix_copy(ctx, safety, module, first_line, sub, lib, method, user_at, lib_at)
+    module = _with_subclass(ctx, lib, method, call, sub, at, libmod, owner.name.value, needed)
+    return _fix_copy(ctx, safety, module, sub, lib, method, lib_at)
 
 
 def _fix_copy(
     ctx: SiteContext,
     safety: Safety,
     module: cst.Module,
-    first_line: int,
     sub: str,
     lib: ParsedFile,
     method: cst.FunctionDef,
-    user_at: int,
     lib_at: int,
 ) -> cst.Module:
-    """The user's ``module``, which holds the library method copied into class
-    ``sub`` (from ``first_line``, decorators first), with the copy fixed by the first
-    inner recipe of that safety that rewrites it.
+    """The user's ``module``, which holds the library method copied into class ``sub``
+    (or the library function copied as ``sub``), with the copy replaced by the method
+    as the first inner recipe of that safety rewrites it.
 
-    The inner recipes see the user's file as it will be, the method copied
-    into it, and the break's library frame moved onto the copy."""
+    The inner recipes run on the library's own file, the break's library frame the
+    site: they see the method's class (what ``__init__`` assigns to ``self``) and
+    module as the package side does. Their rewrite must lie in the method; the helpers
+    and imports it needs go to the user's file."""
     frame = ctx.site.brk.stack[lib_at]
+    site = Site(
+        lib.source.path, frame.line, lib.char_col(frame.line, frame.col), lib.char_col(frame.line, frame.end_col), ctx.site.brk
+    )
+    inner_ctx = SiteContext(site, lib.node_at(site.line, site.col, site.end_col), lib, ctx.capabilities)
     text = module.code
     try:
         data = text.encode(ctx.file.source.encoding)
     except UnicodeEncodeError as e:
         raise Decline("the method does not encode in this file's encoding") from e
-    source = SourceFile(ctx.site.path, data, text, ctx.file.source.encoding)
-    moved = _moved_frame(lib, method, frame, source, first_line)
-    stack = ctx.site.brk.stack
-    brk = replace(ctx.site.brk, stack=(*stack[: user_at + 1], moved, *stack[lib_at + 1 :]))
-    locator = Locator({ctx.site.path: source})
-    site = locator.site(brk)
-    assert site is not None
-    parsed = locator.parsed(ctx.site.path)
-    inner_ctx = SiteContext(site, locator.node(site), parsed, ctx.capabilities)
+    parsed = Locator({ctx.site.path: SourceFile(ctx.site.path, data, text, ctx.file.source.encoding)}).parsed(ctx.site.path)
     copied = _copied_method(parsed, sub, method.name.value)
     for recipe in recipes.candidates(ctx.site.code, unsafe=safety == "unsafe"):
         if recipe.safety != safety or recipe not in _INNER or recipe().observation(inner_ctx) is not None:
             continue
         rw = recipe().propose(inner_ctx)
-        if rw is None:
+        if rw is None or rw.into is not None or not any(a is method for a in (rw.original, *lib.ancestors(rw.original))):
+            continue  # a rewrite elsewhere in the library's file is not a fix of the copied method
+        fixed = method.visit(_Swap(rw.original, rw.replacement))
+        if not isinstance(fixed, cst.FunctionDef):
             continue
-        if not any(a is copied for a in (rw.original, *parsed.ancestors(rw.original))):
-            continue  # a rewrite elsewhere in the file is not a fix of the copied method
-        return cst.parse_module(edits.apply(parsed, [rw.edit(0, site, recipe, parsed)]))
+        clash = next((name for name, _ in rw.helpers if taken(ctx, name)), None)
+        if clash is not None:
+            raise Decline(f"this file binds {clash} to something else")
+        # the copy's own name (a function's is new) and the blank lines above it in the user's file
+        fixed = fixed.with_changes(name=copied.name, leading_lines=copied.leading_lines)
+        (start, end) = parsed.span(copied)
+        edit = Edit(0, ctx.site, recipe.name, safety, rw.message, start, end, copied, fixed, rw.imports, rw.helpers)
+        return cst.parse_module(edits.apply(parsed, [edit]))
     raise Decline("no recipe fixes the copied method")
+
+
+class _Swap(cst.CSTTransformer):
+    """Puts ``new`` (a node, or a removal / several statements) where ``old`` is."""
+
+    def __init__(self, old: cst.CSTNode, new: Replacement) -> None:
+        super().__init__()
+        self.old, self.new = old, new
+
+    def on_leave(self, original_node, updated_node):
+        return self.new if original_node is self.old else updated_node
 
 
 def _with_subclass(
@@ -634,9 +650,9 @@ def _with_subclass(
     libmod: str,
     owner: str,
     needed: list[tuple[str, str | None, str | None]],
-) -> tuple[cst.Module, int]:
+) -> cst.Module:
     """The user's module with the subclass above statement ``at``, the construction
-    renamed and the imports added; and the line where the copied method starts."""
+    renamed and the imports added."""
     base = ctx.code(call.func)
     subclass = _subclass(ctx, lib, method, sub, base)
     stmt = ctx.module.body[at]
@@ -664,8 +680,7 @@ def _with_subclass(
         for mod, obj, asname in needed:
             AddImportsVisitor.add_needed_import(context, mod, obj, asname)
         module = AddImportsVisitor(context).transform_module(module)
-    copied_at = module.code.splitlines().index(f"class {sub}({base}):") + 2
-    return module, copied_at
+    return module
 
 
 def _subclass(ctx: SiteContext, lib: ParsedFile, method: cst.FunctionDef, sub: str, base: str) -> cst.ClassDef:
@@ -716,21 +731,6 @@ def _copied_method(parsed: ParsedFile, sub: str, name: str) -> cst.FunctionDef:
     return next(fn for fn in cls.body.body if isinstance(fn, cst.FunctionDef) and fn.name.value == name)
 
 
-def _moved_frame(lib: ParsedFile, method: cst.FunctionDef, frame: Frame, source: SourceFile, first_line: int) -> Frame:
-    """The library frame, moved to the copy: the text is verbatim, so only the
-    line changes, and the columns by the indentation the copy may have gained."""
-    line = frame.line - _start(lib, method)[0] + first_line
-    lines = source.text.splitlines()
-    theirs = lib.lines[frame.line - 1]
-    mine = lines[line - 1] if 1 <= line <= len(lines) else ""
-    gained = mine[: len(mine) - len(theirs)]
-    if not mine.endswith(theirs) or gained.strip():
-        raise Decline("the copy does not line up with the library's text")
-    shift = len(gained.encode())
-    col, end = (None if c is None else c + shift for c in (frame.col, frame.end_col))
-    return Frame(str(source.path), line, col, end, frame.name)
-
-
 # --- the patch: a class the library builds itself ----------------------------
 
 
@@ -771,16 +771,22 @@ def _patch_class(
     entries = [f"{mod}.{entry}" for mod, (parsed, local) in binds.items() for entry in _read_at_import(parsed, local)]
     sub = f"_GbfixFixed{name}"
     earlier = _earlier_patch(ctx, sub, libmod, name)  # another method of the class, patched before
-    for taken in ({*(() if earlier else (sub,)), *{m.split(".")[0] for m in binds}}):
-        if any(not isinstance(b, cst.Import) for b in global_bindings(ctx, taken)):
-            raise Decline(f"{taken} is bound to something else in this file")
+    _free_in_file(ctx, {*(() if earlier else (sub,)), *{m.split(".")[0] for m in binds}})
     needed = [_patch_import(lib, libmod, n) for n in _unbound(ctx, lib, _free_globals(lib, method))]
     if earlier is not None:
-        module, first_line = _with_method(ctx, earlier, lib, method, sub, libmod, name, needed)
+        module = _with_method(ctx, earlier, lib, method, sub, libmod, name, needed)
     else:
         rebound = [*(f"{mod}.{local}" for mod, (_, local) in binds.items()), *entries]
-        module, first_line = _with_patch(ctx, lib, method, sub, libmod, name, sorted(binds), rebound, needed)
-    return _fix_copy(ctx, safety, module, first_line, sub, lib, method, user_at, lib_at)
+        module = _with_patch(ctx, lib, method, sub, libmod, name, sorted(binds), rebound, needed)
+    return _fix_copy(ctx, safety, module, sub, lib, method, lib_at)
+
+
+def _free_in_file(ctx: SiteContext, names: set[str]) -> None:
+    """Declined when the user's file binds one of the names the patch binds (the
+    copy's name, the top packages it imports) otherwise than by an import."""
+    for name in sorted(names):
+        if any(not isinstance(b, cst.Import) for b in global_bindings(ctx, name)):
+            raise Decline(f"{name} is bound to something else in this file")
 
 
 def _patch_import(lib: ParsedFile, libmod: str, name: str) -> tuple[str, str | None, str | None]:
@@ -832,9 +838,7 @@ def _patch_function(
     binds = {libmod: (lib, name), **_importers(stack[user_at + 1 : lib_at], libmod, name), **_reexporters(path, libmod, name)}
     entries = [f"{mod}.{entry}" for mod, (parsed, local) in binds.items() for entry in _read_at_import(parsed, local, strict=False)]
     sub = f"_gbfix_fixed_{name}"
-    for taken in {sub, *{m.split(".")[0] for m in binds}}:
-        if any(not isinstance(b, cst.Import) for b in global_bindings(ctx, taken)):
-            raise Decline(f"{taken} is bound to something else in this file")
+    _free_in_file(ctx, {sub, *{m.split(".")[0] for m in binds}})
     needed = [_patch_import(lib, libmod, n) for n in _unbound(ctx, lib, free)]
     # `from .canny import canny` in a package makes `kornia.filters.canny` the function: the
     # module is then reached through sys.modules
@@ -844,8 +848,8 @@ def _patch_function(
         *entries,
     ]
     imported = sorted([*binds, *(["sys"] if shadowed else [])])
-    module, first_line = _with_patch(ctx, lib, fn, sub, libmod, name, imported, rebound, needed, function=True)
-    return _fix_copy(ctx, safety, module, first_line, sub, lib, fn, user_at, lib_at)
+    module = _with_patch(ctx, lib, fn, sub, libmod, name, imported, rebound, needed, function=True)
+    return _fix_copy(ctx, safety, module, sub, lib, fn, lib_at)
 
 
 def _importers(frames: tuple[Frame, ...], libmod: str, name: str) -> dict[str, tuple[ParsedFile, str]]:
@@ -985,12 +989,12 @@ def _with_patch(
     rebound: list[str],
     needed: list[tuple[str, str | None, str | None]],
     function: bool = False,
-) -> tuple[cst.Module, int]:
+) -> cst.Module:
     """The user's module with the patch after its imports: under a check that the
     library's method is the text copied, the subclass, named as the library's class,
-    bound to each of ``rebound`` (``module.Name``, ``module.CLASSES["key"]``); and the
-    line where the copied method starts. ``function``: ``method`` is the module-level
-    function ``name``, copied as the function ``sub``."""
+    bound to each of ``rebound`` (``module.Name``, ``module.CLASSES["key"]``).
+    ``function``: ``method`` is the module-level function ``name``, copied as the
+    function ``sub``."""
     meth = method.name.value
     lines = io.StringIO(lib.source.text, newline=None).readlines()
     digest = source_digest(lines, _start(lib, method)[0])
@@ -1015,13 +1019,7 @@ def _with_patch(
     rest: Sequence[cst.BaseStatement] = module.body[at:]
     if rest:
         rest = [blank_lines_before(rest[0], 2), *rest[1:]]
-    module = module.with_changes(body=[*module.body[:at], patch, *rest])
-    code = module.code.splitlines()
-    if function:  # its decorators start the copy
-        at_def = next(i for i, line in enumerate(code, 1) if line.strip().startswith(f"def {sub}("))
-        return module, at_def - (lib.span(method)[0][0] - _start(lib, method)[0])
-    header = f"class {sub}({libmod}.{name}):"
-    return module, next(i for i, line in enumerate(code, 1) if line.strip() == header) + 1
+    return module.with_changes(body=[*module.body[:at], patch, *rest])
 
 
 def _import_lines(needed: list[tuple[str, str | None, str | None]], newline: str) -> list[str]:
@@ -1113,9 +1111,9 @@ def _with_method(
     libmod: str,
     name: str,
     needed: list[tuple[str, str | None, str | None]],
-) -> tuple[cst.Module, int]:
+) -> cst.Module:
     """The user's module with ``method`` copied into the subclass an earlier patch of the
-    same class holds, its digest added to the patch's guard; and where the copy starts."""
+    same class holds, its digest added to the patch's guard."""
     meth = method.name.value
     cls = next(c for c in earlier.body.body if isinstance(c, cst.ClassDef) and c.name.value == sub)
     if any(isinstance(f, cst.FunctionDef) and f.name.value == meth for f in cls.body.body):
@@ -1125,7 +1123,6 @@ def _with_method(
     guarded = cast("list[tuple[str, str, str]]", [_guarded(g) for g in _guards(earlier.test)])
     methods = [(q.split(".", 1)[1], d) for _, q, d in guarded] + [(meth, source_digest(lines, _start(lib, method)[0]))]
     copied = _subclass(ctx, lib, method, sub, f"{libmod}.{name}").body.body[0]
-    start = cst.Module([]).code_for_node(copied).strip().splitlines()[0].strip()
     newline, config = ctx.module.default_newline, ctx.module.config_for_parsing
     new_cls = cls.with_changes(body=cls.body.with_changes(body=[*cls.body.body, copied.with_changes(leading_lines=[cst.EmptyLine(indent=False)])]))
     imports = [cst.parse_statement(line + newline, config=config) for line in _import_lines(needed, newline)]
@@ -1138,11 +1135,7 @@ def _with_method(
             *_patch_note(libmod, name, [m for m, _ in methods]),
         ],
     )
-    module = ctx.module.with_changes(body=[new_if if s is earlier else s for s in ctx.module.body])
-    code = module.code.splitlines()
-    header = next(i for i, line in enumerate(code) if line.strip() == f"class {sub}({libmod}.{name}):")
-    copied_at = max(i for i, line in enumerate(code[header:], header + 1) if line.strip() == start)
-    return module, copied_at
+    return ctx.module.with_changes(body=[new_if if s is earlier else s for s in ctx.module.body])
 
 
 class _LibraryPatch(_LibraryClass):
