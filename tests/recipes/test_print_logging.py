@@ -421,6 +421,25 @@ def test_logging_op_parameter_kinds_from_an_uncompiled_run(kind, fixed):
     assert _observe(module.replace("{stmt}", 'logger.info(f"{step:{x}}")'), 'logger.info(f"{step') is None
 
 
+HOOK_FACTORY = LOG_MODULE.replace(
+    "class M(torch.nn.Module):",
+    "def make_hook(name):\n    def hook(module, args):\n        {stmt}\n    return hook\n\n\nclass M(torch.nn.Module):",
+).replace("        {stmt}\n        return x", "        return x")
+
+
+@pytest.mark.parametrize("kind, fixed", [("str", True), ("int", True), ("tensor", True), ("list", False), ("other", False)])
+def test_logging_op_takes_a_factorys_argument_by_its_observed_kinds(kind, fixed):
+    # a closure variable of the hook: the factory's calls (at import) tell what it is
+    from gbfix.records import ObservedCall, ValueSpec
+
+    line = HOOK_FACTORY.splitlines().index("def make_hook(name):") + 1
+    calls = (ObservedCall((("name", ValueSpec(kind)),), ValueSpec("other")),)
+    out = _log('logger.info("hook %s", name)', HOOK_FACTORY, observed={line: calls})
+    assert (out is not None) == fixed
+    assert out is None or '        gbfix_log(logger, "info", "hook %s", name)\n' in out
+    assert _observe(HOOK_FACTORY.replace("{stmt}", 'logger.info("hook %s", name)'), 'logger.info("hook %s"') == "make_hook"
+
+
 def _observe(source: str, needle: str, recipe=LoggerToOp, code: str = "GB0291") -> str | None:
     from gbfix.locate import ParsedFile
     from gbfix.recipes.base import SiteContext
@@ -728,7 +747,7 @@ def deprecated(message, *, category=FutureWarning):
 
 def make_hook(name):
     def hook(module, args):
-        warnings.warn("hook " + name)
+        warnings.warn(f"hook {name!r} ran", stacklevel=2)
     return hook
 
 
@@ -786,7 +805,7 @@ TEXT_FACTORIES = dict(
     [
         ("warnings.warn(f\"`{old}`", 'gbfix_warn(f"`{old}` is deprecated, use `{new}`", DeprecationWarning)'),  # two levels up
         ("warnings.warn(message", "gbfix_warn(message, category, stacklevel=2)"),  # the message itself, a keyword-only category
-        ('warnings.warn("hook "', 'gbfix_warn("hook " + name)'),  # a hook made by a function
+        ('warnings.warn(f"hook', 'gbfix_warn(f"hook {name!r} ran", stacklevel=2)'),  # a hook made by a function
     ],
 )
 def test_warn_op_takes_a_factorys_arguments(needle, expected):
