@@ -7,6 +7,7 @@ program compiles with aot_eager, so only the op routes are offered (no leaf_func
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -60,3 +61,62 @@ def test_a_fixed_log_call_in_a_frame_dynamo_skips(tmp_path: Path):
     assert [o.edit.recipe for o in result.outcomes if o.status == "applied"] == ["logger-to-op"]
     left = sorted((f.code, f.line) for f in result.findings if f.status != "fixed")
     assert left == [("GB0025", 14)]  # the author's graph_break(), nothing in gbfix's helpers
+
+
+# the blind probe's decorator factory: its wrapper warns with the factory's arguments
+FACTORY = Path(__file__).resolve().parents[1] / "bench" / "probe" / "llama_attn" / "compat.py"
+
+FACTORY_USER = '''\
+import warnings
+
+import torch
+
+from pkg.compat import deprecated_kwarg
+
+warnings.simplefilter("default")  # once per location: the registry of pkg/compat.py counts
+
+
+class Scale(torch.nn.Module):
+    @deprecated_kwarg("factor", "scale")
+    def forward(self, x, scale=1.0):
+        return x * scale
+
+
+model = torch.compile(Scale(), backend="eager")
+for step in range(3):
+    print(model(torch.ones(2), factor=step).tolist())
+'''
+
+
+def test_a_decorator_factorys_warning_is_fixed_in_its_module(tmp_path: Path):
+    """The wrapper's message reads the factory's arguments (closure variables): the
+    uncompiled run observes the factory, and the warning keeps its file, line and
+    once-per-location behaviour; the module, torch-free, imports the helper locally."""
+    case = (tmp_path / "case").resolve()
+    (case / "pkg").mkdir(parents=True)
+    (case / "pkg" / "__init__.py").write_text("")
+    shutil.copy(FACTORY, case / "pkg" / "compat.py")
+    (case / "run.py").write_text(FACTORY_USER)
+    result = engine.fix([case], parse_entry("python run.py", case), engine.Options())
+    assert [o.edit.recipe for o in result.outcomes if o.status == "applied"] == ["warn-to-op"]
+    fixed = result.fixed[case / "pkg" / "compat.py"].decode()
+    assert (
+        "        def wrapper(*args, **kwargs):\n"
+        "            from ._gbfix import gbfix_warn\n"
+        "            if old in kwargs:\n"
+        '                gbfix_warn(f"`{old}` is deprecated, use `{new}`", DeprecationWarning)\n'
+    ) in fixed
+    assert result.remaining == 0
+    compiled, uncompiled = _stderr_warnings(case), _stderr_warnings(case, TORCHDYNAMO_DISABLE="1")
+    for path, data in result.fixed.items():
+        path.write_bytes(data)
+    # the warning shows once (three calls), at the call's line; fixed, at the call's line
+    # too (one lower: the helper's import went in above it)
+    warning = "{}: DeprecationWarning: `factor` is deprecated, use `scale`"
+    assert compiled == uncompiled == [warning.format(f"{case / 'pkg' / 'compat.py'}:10")]
+    assert _stderr_warnings(case) == [warning.format(f"{case / 'pkg' / 'compat.py'}:11")]
+
+
+def _stderr_warnings(case: Path, **env: str) -> list[str]:
+    proc = subprocess.run([sys.executable, "run.py"], cwd=case, capture_output=True, text=True, timeout=300, check=True, env={**os.environ, **env})
+    return [line for line in proc.stderr.splitlines() if "Warning: " in line]

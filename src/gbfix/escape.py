@@ -10,8 +10,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gbfix import gbcodes
-from gbfix.records import Break, Cause
+import libcst as cst
+
+from gbfix import gbcodes, sources
+from gbfix.errors import GbfixError
+from gbfix.locate import ParsedFile, innermost_in
+from gbfix.recipes.tree import nodes
+from gbfix.records import Break, Cause, Frame
 
 _ADVICE = {
     "GB0124": "read the number outside the compiled region and pass it in as a Python int/float, "
@@ -69,6 +74,11 @@ def hatch_at(brk: Break, targets: set[Path]) -> str:
     (torch, a package): advice written for the breaking line (remove the
     `graph_break()` call) would misread as advice for the user's own line."""
     leaf = brk.leaf
+    if leaf is not None and brk.root.code == "GB0003" and leaf.name == "<genexpr>":
+        return _eager_generator(leaf)
+    if leaf is not None and brk.root.code == "GB0170" and leaf.name in _REDUCTIONS and _POLYFILLS in leaf.file.replace(os.sep, "/"):
+        user = innermost_in(brk.stack, targets)
+        return _reduce_in_torch(leaf.name, user[1] if user else None)
     # Dynamo's polyfills stand in for builtins the line calls itself (`any(...)`)
     if leaf is None or Path(os.path.realpath(leaf.file)) in targets or _POLYFILLS in leaf.file.replace(os.sep, "/"):
         return hatch(brk.root)
@@ -79,6 +89,60 @@ def hatch_at(brk: Break, targets: set[Path]) -> str:
 
 
 _POLYFILLS = "torch/_dynamo/polyfills/"
+_REDUCTIONS = ("any", "all")
+
+
+def _reduce_in_torch(name: str, frame: Frame | None) -> str:
+    """GB0170 in Dynamo's any()/all(): each item is tested with a Python `if`, and
+    Dynamo gives up on the whole function there (the frame runs eagerly)."""
+    found = _reduction_at(frame) if frame is not None else None
+    rewrite = found[1] if found else f"torch.stack([<item> for ...]).{name}()"
+    return (
+        f"{name}() tests each tensor with a Python `if`, where Dynamo gives up on the whole function: "
+        f"reduce in torch instead, `{rewrite}` ({_EXACT}), then express the branch on that tensor with "
+        "torch.where / torch.cond, or decide it outside the compiled function and pass the result in"
+    )
+
+
+def _eager_generator(frame: Frame) -> str:
+    """GB0003 for a generator expression: nobody compiled it; the code around it ran
+    eagerly (its function fell back to eager), and Dynamo saw it as a frame of its own."""
+    text = (
+        "Dynamo met this generator expression as a frame of its own because the code around it ran eagerly "
+        "(its function fell back to eager at a break reported before this one): fix that break"
+    )
+    found = _reduction_at(frame)
+    if found is None:
+        return text
+    original, rewrite = found
+    return f"{text}. `{original}` over tensors is one such break itself: write `{rewrite}` ({_EXACT})"
+
+
+_EXACT = "the same truth value when each item is a 0-dim tensor, all on one device, and there is at least one; every item is computed, no short-circuit"
+
+
+def _reduction_at(frame: Frame) -> tuple[str, str] | None:
+    """(the call, its torch reduction) for an ``any(<generator>)`` / ``all([<list comprehension>])``
+    on the frame's line (the one holding its column when Dynamo gave one), or None."""
+    try:
+        parsed = ParsedFile(sources.read(Path(frame.file)))
+    except (GbfixError, OSError, cst.ParserSyntaxError):
+        return None
+    col = parsed.char_col(frame.line, frame.col)
+    for call in nodes(parsed.module, cst.Call):
+        if not (isinstance(call.func, cst.Name) and call.func.value in _REDUCTIONS and len(call.args) == 1):
+            continue
+        gen = call.args[0].value
+        (line, start), (_, end) = parsed.span(call)
+        if isinstance(gen, (cst.GeneratorExp, cst.ListComp)) and line == frame.line and (col is None or start <= col < end):
+            items = cst.ListComp(elt=gen.elt, for_in=gen.for_in)
+            stack = cst.parse_expression("torch.stack(_)").with_changes(args=[cst.Arg(items)])
+            reduced = cst.Call(func=cst.Attribute(value=stack, attr=cst.Name(call.func.value)))
+            return _EMPTY.code_for_node(call), _EMPTY.code_for_node(reduced)
+    return None
+
+
+_EMPTY = cst.Module(body=[])
 
 
 def _short(file: str) -> str:

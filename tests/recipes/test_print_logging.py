@@ -16,7 +16,7 @@ from gbfix.recipes.print_call import PrintToHop, PrintToHopKeepTensor
 from gbfix.recipes.print_op import PrintToOp
 from gbfix.recipes.warn_call import WarnToLeaf, WarnToOp
 from gbfix.rules import parse
-from tests.helpers import ALL_CAPABILITIES, line_site, rewrite_at, rewrite_line
+from tests.helpers import ALL_CAPABILITIES, line_site, rewrite_at, rewrite_line, site_context
 
 RULES = Path(__file__).resolve().parents[2] / "rules"
 
@@ -421,6 +421,25 @@ def test_logging_op_parameter_kinds_from_an_uncompiled_run(kind, fixed):
     assert _observe(module.replace("{stmt}", 'logger.info(f"{step:{x}}")'), 'logger.info(f"{step') is None
 
 
+HOOK_FACTORY = LOG_MODULE.replace(
+    "class M(torch.nn.Module):",
+    "def make_hook(name):\n    def hook(module, args):\n        {stmt}\n    return hook\n\n\nclass M(torch.nn.Module):",
+).replace("        {stmt}\n        return x", "        return x")
+
+
+@pytest.mark.parametrize("kind, fixed", [("str", True), ("int", True), ("tensor", True), ("list", False), ("other", False)])
+def test_logging_op_takes_a_factorys_argument_by_its_observed_kinds(kind, fixed):
+    # a closure variable of the hook: the factory's calls (at import) tell what it is
+    from gbfix.records import ObservedCall, ValueSpec
+
+    line = HOOK_FACTORY.splitlines().index("def make_hook(name):") + 1
+    calls = (ObservedCall((("name", ValueSpec(kind)),), ValueSpec("other")),)
+    out = _log('logger.info("hook %s", name)', HOOK_FACTORY, observed={line: calls})
+    assert (out is not None) == fixed
+    assert out is None or '        gbfix_log(logger, "info", "hook %s", name)\n' in out
+    assert _observe(HOOK_FACTORY.replace("{stmt}", 'logger.info("hook %s", name)'), 'logger.info("hook %s"') == "make_hook"
+
+
 def _observe(source: str, needle: str, recipe=LoggerToOp, code: str = "GB0291") -> str | None:
     from gbfix.locate import ParsedFile
     from gbfix.recipes.base import SiteContext
@@ -694,6 +713,127 @@ def test_warn_op_in_helpers_context_managers_and_generators(needle, expected):
     assert out is not None
     call = next(line for line in out.splitlines() if line.startswith("    gbfix_warn("))
     assert call == "    " + expected
+
+
+# A decorator factory's wrapper warns with the factory's arguments (closure variables):
+# the uncompiled run observes the factory's calls (at import, when it decorates).
+WARN_FACTORIES = """\
+import functools
+import warnings
+
+import torch
+
+
+def deprecated_kwarg(old, new):
+    def deco(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            if old in kwargs:
+                warnings.warn(f"`{old}` is deprecated, use `{new}`", DeprecationWarning)
+                kwargs[new] = kwargs.pop(old)
+            return fn(*args, **kwargs)
+        return wrapper
+    return deco
+
+
+def deprecated(message, *, category=FutureWarning):
+    def deco(fn):
+        def wrapper(*args, **kwargs):
+            warnings.warn(message, category, stacklevel=2)
+            return fn(*args, **kwargs)
+        return wrapper
+    return deco
+
+
+def make_hook(name):
+    def hook(module, args):
+        warnings.warn(f"hook {name!r} ran", stacklevel=2)
+    return hook
+
+
+def renamed(old):
+    old = old.lower()
+    def deco(fn):
+        def wrapper(*args, **kwargs):
+            warnings.warn(f"{old} was renamed")
+            return fn(*args, **kwargs)
+        return wrapper
+    return deco
+
+
+def retitled(old):
+    def deco(fn):
+        def wrapper(*args, **kwargs):
+            warnings.warn(f"{old} was retitled")
+            return fn(*args, **kwargs)
+        def rename(to):
+            nonlocal old
+            old = to
+        wrapper.rename = rename
+        return wrapper
+    return deco
+
+
+def by_lambda(fn):
+    return lambda old: warnings.warn(f"{old} is gone")
+"""
+
+
+def _factory_calls(source: str, **params) -> dict[int, tuple]:
+    """What an uncompiled run shows of each factory's calls: kinds by parameter, by factory name."""
+    from gbfix.records import ObservedCall, ValueSpec
+
+    lines = source.splitlines()
+    first = {fn: next(i for i, line in enumerate(lines, 1) if line.startswith(f"def {fn}(")) for fn in params}
+    return {
+        first[fn]: (ObservedCall(tuple((n, ValueSpec(kind, value="v" if kind == "str" else None)) for n, kind in args.items()), ValueSpec("other")),)
+        for fn, args in params.items()
+    }
+
+
+TEXT_FACTORIES = dict(
+    deprecated_kwarg={"old": "str", "new": "str"},
+    deprecated={"message": "str", "category": "other"},
+    make_hook={"name": "str"},
+    renamed={"old": "str"},
+    retitled={"old": "str"},
+)
+
+
+@pytest.mark.parametrize(
+    "needle, expected",
+    [
+        ("warnings.warn(f\"`{old}`", 'gbfix_warn(f"`{old}` is deprecated, use `{new}`", DeprecationWarning)'),  # two levels up
+        ("warnings.warn(message", "gbfix_warn(message, category, stacklevel=2)"),  # the message itself, a keyword-only category
+        ('warnings.warn(f"hook', 'gbfix_warn(f"hook {name!r} ran", stacklevel=2)'),  # a hook made by a function
+    ],
+)
+def test_warn_op_takes_a_factorys_arguments(needle, expected):
+    out = rewrite_line(WARN_FACTORIES, WarnToOp, needle, "GB0007", observed=_factory_calls(WARN_FACTORIES, **TEXT_FACTORIES))
+    assert out is not None
+    assert next(line.strip() for line in out.splitlines() if line.strip().startswith("gbfix_warn(")) == expected
+
+
+def test_warn_op_observes_the_factory():
+    # the factory's calls tell what its arguments are, not the wrapper's (which has no `old`)
+    ctx = site_context(WARN_FACTORIES, *line_site(WARN_FACTORIES, "warnings.warn(f\"`{old}`"), "GB0007")
+    fn = WarnToOp().observe(ctx)
+    assert fn is not None and fn.name.value == "deprecated_kwarg"
+
+
+@pytest.mark.parametrize(
+    "needle, calls",
+    [
+        ("warnings.warn(f\"`{old}`", {}),  # no observation: may be a tensor
+        ("warnings.warn(f\"`{old}`", {**TEXT_FACTORIES, "deprecated_kwarg": {"old": "tensor", "new": "str"}}),
+        ("warnings.warn(message", {**TEXT_FACTORIES, "deprecated": {"message": "other", "category": "other"}}),
+        ('warnings.warn(f"{old} was renamed', TEXT_FACTORIES),  # rebound in the factory: the call saw another value
+        ('warnings.warn(f"{old} was retitled', TEXT_FACTORIES),  # rebound by a nonlocal
+        ('warnings.warn(f"{old} is gone', TEXT_FACTORIES),  # a lambda's parameter, never observed
+    ],
+)
+def test_warn_op_declines_a_closure_it_cannot_vouch_for(needle, calls):
+    assert rewrite_line(WARN_FACTORIES, WarnToOp, needle, "GB0007", observed=_factory_calls(WARN_FACTORIES, **calls)) is None
 
 
 def test_warn_op_second_site_shares_the_helper():

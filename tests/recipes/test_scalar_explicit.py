@@ -607,3 +607,42 @@ def test_recipe_metadata():
     assert ItemToTensor.safety == "safe" and ItemToTensor.codes == ("GB0124",)
     assert RemoveGraphBreak.safety == RemoveSkipFrame.safety == "unsafe"
     assert (RemoveGraphBreak.codes, RemoveSkipFrame.codes) == (("GB0025",), ("GB4297",))
+
+
+def _declined(source: str, needle: str) -> str | None:
+    """Why item-to-tensor declines at the first `needle` (None: silently)."""
+    from tests.helpers import site_context
+
+    source = textwrap.dedent(source)
+    number, line = next((n, text) for n, text in enumerate(source.splitlines(), 1) if needle in text)
+    col = line.index(needle)
+    recipe = ItemToTensor()
+    assert recipe.propose(site_context(source, number, col, col + len(needle), "GB0124")) is None
+    return recipe.declined
+
+
+@pytest.mark.parametrize(
+    "body, passed",
+    [
+        # the blind probe's augment step: the value goes to a helper of another module
+        ("lam = t.item()\nout, y = mixup(x, y, lam)\nreturn out, y", "`lam` is passed to `mixup(...)`"),
+        ("return scale(x, t.item())", "the value is passed to `scale(...)`"),  # inline
+        ("return self.rescale(x, eps=t.item() + 1e-6)", "the value is passed to `self.rescale(...)`"),  # through literal arithmetic
+    ],
+)
+def test_declines_a_value_passed_to_another_function_saying_so(body, passed):
+    why = _declined(fn(body, "self, x: torch.Tensor, y, t: torch.Tensor"), "t.item()")
+    assert why is not None and why.startswith(f"{passed}, whose uses of it are not followed"), why
+    assert "keep it a 0-dim tensor by hand" in why
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "s = t.item()\nreturn x.new_full((2,), s)",  # a tensor method: a use it judges itself
+        "s = t.item()\nreturn x[: int(s)]",  # a builtin's argument
+        "s = t.item()\nif s > 0:\n    x = x * 2\nreturn x",  # no call
+    ],
+)
+def test_other_declines_do_not_blame_a_call(body):
+    assert "is passed to" not in (_declined(fn(body), "t.item()") or "")

@@ -64,6 +64,31 @@ def is_module_global(ctx: SiteContext, name: cst.Name) -> bool:
     return bool(bound) and all(a.scope is scope.globals for a in bound)
 
 
+def closure_owner(ctx: SiteContext, name: cst.Name) -> cst.FunctionDef | None:
+    """The outer function whose parameter ``name``, a free variable of the function
+    around it, reads (a decorator factory's ``old`` read in its wrapper), when
+    that parameter is the only binding of the name there: no assignment in the
+    outer function, no ``nonlocal``/``global`` of it below (LibCST's scopes miss a
+    ``nonlocal`` rebinding seen from a sibling function). None otherwise."""
+    inner = ctx.enclosing(cst.FunctionDef, node=name)
+    scope = ctx.file.scopes.get(name)
+    if inner is None or scope is None or has_star_import(ctx.module) or name.value in param_names(inner):
+        return None
+    bound = list(scope[name.value])
+    if len(bound) != 1 or not isinstance(bound[0].node, cst.Param):
+        return None
+    owner = ctx.enclosing(cst.FunctionDef, node=bound[0].node)
+    if owner is None or owner is inner or not any(a is owner for a in ctx.ancestors(inner)):
+        return None
+    params = owner.params
+    if not any(p is bound[0].node for p in (*params.posonly_params, *params.params, *params.kwonly_params)):
+        return None  # a lambda's parameter, or *args / **kwargs
+    for n in walk(owner):
+        if isinstance(n, (cst.Global, cst.Nonlocal)) and any(name_of(a.name) == name.value for a in n.names):
+            return None
+    return owner
+
+
 def is_builtin(ctx: SiteContext, name: cst.Name) -> bool:
     return qualified_names(ctx, name) == {f"builtins.{name.value}"}
 

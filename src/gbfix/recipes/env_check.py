@@ -71,7 +71,7 @@ class EnvCheckConstant(Recipe):
         if any(_is_constant_mark(ctx, d.decorator) for d in fn.decorators):
             return None
         if not _imports_torch(ctx):
-            raise Decline("the module does not import torch: no new `import torch` is added to it")
+            raise Decline("the module does not import torch at module level: no new `import torch` is added to it")
         why = _effect(ctx, fn)
         if why:
             raise Decline(f"{fn.name.value} may have an effect besides its result: {why}")

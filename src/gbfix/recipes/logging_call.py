@@ -68,6 +68,7 @@ from gbfix.recipes import leaf_helpers, op_helpers
 from gbfix.recipes.analysis import (
     builtin_at,
     call_at,
+    closure_owner,
     global_bindings,
     is_module_global,
     qualified_names,
@@ -106,7 +107,7 @@ class HelperRecipe(Recipe):
         if generated.home(ctx.site.path, ctx.module) is None:
             # the helper goes into this file, with the imports it needs
             if not generated.imports_torch(ctx.module):
-                raise Decline("the module does not import torch, and the helper, which would be added to it, does")
+                raise Decline("the module does not import torch at module level, and the helper, which would be added to it, does")
             for module, _ in (imp for p in generated.closure([self.helper]) for imp in p.imports):
                 if any(not _imports_itself(n, module) for n in global_bindings(ctx, module)):
                     raise Decline(f"the module binds `{module}` to something else than the module the helper imports")
@@ -137,7 +138,7 @@ class LeafRecipe(HelperRecipe):
             return None
         if not generated.imports_torch(ctx.module):
             # the module builds its helper when it is imported: that imports torch
-            raise Decline("the module does not import torch, and the line building the helper would")
+            raise Decline("the module does not import torch at module level, and the line building the helper would")
         self._binding = leaf_helpers.binding(self.helper, self.kind, self.bound(ctx))
         name, code = self._binding
         if global_bindings(ctx, name) and not _builds(ctx, name, code):
@@ -200,7 +201,7 @@ class LoggerToOp(LoggerRecipe):
             values = self._values(ctx, call)
         except Decline:
             return None  # declined whatever the run shows
-        return fn if any(parameter(fn, v) for v in values) else None
+        return next(filter(None, (observed_owner(ctx, v) for v in values)), None)
 
     def match(self, ctx: SiteContext) -> cst.Call | None:
         call = super().match(ctx)
@@ -326,8 +327,9 @@ def _not_a_plain_value(ctx: SiteContext, node: cst.BaseExpression, seen: frozens
         return None
     if isinstance(node, cst.Name) and node.value not in ("True", "False", "None"):
         fn = ctx.enclosing(cst.FunctionDef, node=node)
-        if fn is not None and parameter(fn, node):
-            return _observed_as(ctx, fn, node.value, _OP_KINDS)
+        owner = observed_owner(ctx, node)
+        if owner is not None:
+            return _observed_as(ctx, owner, node.value, _OP_KINDS)
         if fn is not None and not is_module_global(ctx, node):
             return "is assigned from itself" if node.value in seen else _local_values(ctx, fn, node.value, seen)
     return None
@@ -362,9 +364,9 @@ def not_text_or_number(ctx: SiteContext, node: cst.BaseExpression) -> str | None
             return None
         return "may return a tensor"
     if isinstance(node, cst.Name):
-        fn = ctx.enclosing(cst.FunctionDef, node=node)
-        if fn is not None and parameter(fn, node):
-            return _observed_as(ctx, fn, node.value, _PLAIN_KINDS)
+        owner = observed_owner(ctx, node)
+        if owner is not None:
+            return _observed_as(ctx, owner, node.value, _PLAIN_KINDS)
         return None if is_module_global(ctx, node) else "is a local that may hold a tensor"
     return "may be a tensor"
 
@@ -419,6 +421,16 @@ def parameter(fn: cst.FunctionDef, node: cst.BaseExpression) -> bool:
     params = fn.params
     names = {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}
     return isinstance(node, cst.Name) and node.value in names
+
+
+def observed_owner(ctx: SiteContext, node: cst.BaseExpression) -> cst.FunctionDef | None:
+    """The function whose calls an uncompiled run must show to tell what ``node``
+    holds: the function around it when ``node`` is its parameter, or the outer
+    function whose parameter it reads as a closure (``closure_owner``)."""
+    fn = ctx.enclosing(cst.FunctionDef, node=node)
+    if fn is None or not isinstance(node, cst.Name):
+        return None
+    return fn if parameter(fn, node) else closure_owner(ctx, node)
 
 
 def _logger_name(ctx: SiteContext, node: cst.BaseExpression) -> cst.BaseExpression | None:

@@ -639,6 +639,7 @@ class ItemToTensor(Recipe):
             quiet = self._quiet_until(f, holder, [u for u, _, _ in uses])
             partners = {p for _, _, p in uses}
         else:
+            self._passed_on(f, top, source)
             return None
         # A 0-dim floating partner sets the result dtype for a Python int and an integer
         # 0-dim tensor alike; a float64 one (`.double()` below) would win over float32.
@@ -816,9 +817,33 @@ class ItemToTensor(Recipe):
                 partner = self.branch_use(f, ref.node, assign, is_float)
                 climbed = (ref.node, False, is_float)
             if partner is None or climbed is None:
+                self._passed_on(f, ref.node, None)
                 return None
             uses.append((ref.node, climbed[1], partner))
         return uses or None
+
+    @staticmethod
+    def _passed_on(f: _Facts, node: cst.CSTNode, source: cst.BaseExpression | None) -> None:
+        """Decline, saying so, when the value is an argument of a call that is no torch
+        function or tensor method (a helper of the user's, maybe in another module): the
+        recipe does not follow a value into another function's body, where only its uses
+        would show whether a 0-dim tensor does the same."""
+        up = f.parent(node)
+        call = f.parent(up) if isinstance(up, cst.Arg) and up.value is node else None
+        if not isinstance(call, cst.Call):
+            return
+        _, method, fn = f.callee(call)
+        scope = f.scopes.get(call.func)
+        builtin = scope is not None and any(q.source is QualifiedNameSource.BUILTIN for q in scope.get_qualified_names_for(call.func))
+        if fn is not None or method in _TENSOR_METHODS or builtin:
+            return  # a torch op, whose use ``_feeds_tensor`` judged, or a builtin (`int(s)`)
+        name = f.ctx.code(call.func)
+        what = f"`{f.ctx.code(node)}`" if source is None else "the value"
+        raise Decline(
+            f"{what} is passed to `{name}(...)`, whose uses of it are not followed; if it only does "
+            "tensor arithmetic with it, keep it a 0-dim tensor by hand (`.detach()` for `.item()`, "
+            "`.double()` too where it meets Python numbers)"
+        )
 
     def branch_use(self, f: _Facts, name: cst.Name, assign: cst.Assign, is_float: bool) -> str | None:
         """The partner of a use that feeds no tensor op (item-then-where takes an `if` test's); None: declined."""

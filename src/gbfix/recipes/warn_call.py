@@ -74,7 +74,7 @@ from gbfix.recipes.logging_call import (
     LeafRecipe,
     arglist,
     not_text_or_number,
-    parameter,
+    observed_owner,
 )
 from gbfix.recipes.print_call import format_fields, has_fstring
 
@@ -123,7 +123,7 @@ class WarnToOp(WarnRecipe):
             values = _message_values(ctx, call, self._bound["message"].value)
         except Decline:
             return None  # declined whatever the run shows
-        return fn if any(parameter(fn, v) for v in values) else None
+        return next(filter(None, (observed_owner(ctx, v) for v in values)), None)
 
     def match(self, ctx: SiteContext) -> cst.Call | None:
         call = super().match(ctx)
