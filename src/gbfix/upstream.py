@@ -105,8 +105,8 @@ def _where(frame: Frame, paths: set[str]) -> tuple[str, str] | None:
         spans = method_spans(str(path), (st.st_mtime_ns, st.st_size))
     except (OSError, SyntaxError, ValueError):
         return None
-    cls = next((c for c, name, a, b in spans if name == frame.name and a <= frame.line <= b), None)
-    return relative, frame.name if cls is None else f"{cls}.{frame.name}"
+    cls = next((c for c, name, a, b in spans if name == frame.name and a <= frame.line <= b), "")  # "": a function
+    return relative, f"{cls}.{frame.name}" if cls else frame.name
 
 
 def _installed(package: str) -> str | None:
