@@ -37,6 +37,12 @@ def test_data_dependent_expression_without_a_code():
     assert "torch._check" in hatch(Cause(None, "Data-dependent expression", ""))
 
 
+def test_a_number_read_from_a_tensor_is_not_called_a_list():
+    # GB0033 is `.tolist()` as well as float(t) and math.sqrt(t)
+    text = hatch(Cause("GB0033", "Data dependent operator", ""))
+    assert "list in" not in text and "math.*" in text
+
+
 def test_last_resort_names_the_cost():
     text = hatch(Cause(None, "SomethingNew", ""))
     assert "torch.compiler.disable" in text and "GB0098" in text

@@ -21,7 +21,9 @@ from gbfix.records import Break, Cause, Frame
 _ADVICE = {
     "GB0124": "read the number outside the compiled region and pass it in as a Python int/float, "
     "or keep the value a 0-dim tensor",
-    "GB0033": "pass the list in from outside the compiled region, or keep the values a tensor",
+    # `.tolist()`, float(t), int(t), math.* of a tensor: a Python value read from tensor data
+    "GB0033": "read the values outside the compiled region and pass them in, or keep them a tensor "
+    "(torch ops instead of math.* or Python lists)",
     "GB0109": "keep the values a tensor (index, gather, where) instead of a Python list",
     "GB0170": "express the branch with torch.where / torch.cond, or decide it outside the compiled function "
     "and pass the result in",
