@@ -120,3 +120,36 @@ def test_a_decorator_factorys_warning_is_fixed_in_its_module(tmp_path: Path):
 def _stderr_warnings(case: Path, **env: str) -> list[str]:
     proc = subprocess.run([sys.executable, "run.py"], cwd=case, capture_output=True, text=True, timeout=300, check=True, env={**os.environ, **env})
     return [line for line in proc.stderr.splitlines() if "Warning: " in line]
+
+
+STAR = """\
+import logging
+
+import torch
+
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+log = logging.getLogger("m")
+
+
+@torch.compile(backend="eager")
+def step(x, i):
+    metrics = {"loss": x.mean(), "norm": x.norm()}
+    fmt = "step %d | " + " | ".join([k + ": %.4f" for k in metrics])
+    log.info(fmt, i, *metrics.values())
+    return x * 2
+
+
+for i in range(2):
+    print(step(torch.ones(3) * i, i).sum().item())
+"""
+
+
+def test_a_log_call_with_star_arguments(tmp_path: Path):
+    """`log.info(fmt, i, *metrics.values())`: the values (0-dim tensors) go to the op as they are,
+    told apart while Dynamo traces; the program logs the same lines, with no break left."""
+    (tmp_path / "run.py").write_text(STAR)
+    result = engine.fix([tmp_path / "run.py"], parse_entry("python run.py", tmp_path), engine.Options())
+    assert [o.edit.recipe for o in result.outcomes if o.status == "applied"] == ["logger-to-op"]
+    assert result.remaining == 0
+    fixed = result.fixed[(tmp_path / "run.py").resolve()].decode()
+    assert '    gbfix_log(log, "info", fmt, i, *metrics.values())\n' in fixed

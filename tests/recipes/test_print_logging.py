@@ -362,7 +362,7 @@ def test_logging_op_self_logger(init):
         'logging.getLogger(f"m.{i}").info("a")',
         'get_logger(__name__).info("a")',  # not logging.getLogger
         'logger.info("a", exc_info=True)',
-        'logger.info("a %s", *x)',
+        'logger.info("a %s", **kw)',  # may hold exc_info=, extra=
         'logger.exception("failed")',
         'logger.setLevel("INFO")',
         'ok = logger.info("a")',  # the result is used
@@ -552,7 +552,7 @@ def test_logging_leaf_rewrites(stmt, expected):
     [
         'self.logger.info("a")',
         'logger.info("a", exc_info=True)',
-        'logger.info("a %s", *x)',
+        'logger.info("a %s", **kw)',  # may hold exc_info=, extra=
         'logger.exception("failed")',
         'logger.setLevel("INFO")',
         'ok = logger.info("a")',
@@ -560,6 +560,13 @@ def test_logging_leaf_rewrites(stmt, expected):
 )
 def test_logging_leaf_declines(stmt):
     assert _log(stmt, recipe=LoggerToLeaf) is None
+
+
+def test_logging_star_arguments_go_through_as_they_are():
+    # what `*values` holds is told apart at trace time (the helper's kinds), as before the call
+    assert _log_call('logger.info("a %s %s", *x)') == 'gbfix_log(logger, "info", "a %s %s", *x)'
+    assert _log_call('logger.info("%s %s", 3, *d.values())') == 'gbfix_log(logger, "info", "%s %s", 3, *d.values())'
+    assert _log_call('logger.info("a %s %s", *x)', recipe=LoggerToLeaf) == '_gbfix_log_logger("info", "a %s %s", *x)'
 
 
 def test_logging_op_takes_a_local_logger_and_the_leaf_declines_it():

@@ -51,8 +51,11 @@ package, the helper lives in the package's generated ``_gbfix.py``; see
   for the logger once, at import, from a lambda returning it (``leaf_helpers``),
   so the logger must be a module global.
 
-Declined: keyword arguments (``exc_info=``, ``extra=``, ...), star arguments,
-``logger.exception`` and calls whose result is used. The record's
+Declined: keyword arguments (``exc_info=``, ``extra=``, ...), ``**`` arguments,
+``logger.exception`` and calls whose result is used. A ``*values`` argument goes to
+the helper as it is: what it holds is told apart while Dynamo traces (anything but
+text, numbers, tensors and None is logged by the helper itself, where Dynamo breaks,
+which the verifier sees). The record's
 funcName/lineno name the helper.
 """
 
@@ -163,7 +166,9 @@ class LoggerRecipe(HelperRecipe):
         call = call_at(ctx)
         if call is None or not isinstance(call.func, cst.Attribute) or call.func.attr.value not in self.methods:
             return None
-        if not call.args or any(a.keyword is not None or a.star for a in call.args):
+        # `*values` goes through as it is (evaluated once, in order, as before): what it
+        # holds the helper sees at trace time; `**kwargs` may hold exc_info=, extra=
+        if not call.args or any(a.keyword is not None or a.star == "**" for a in call.args):
             return None
         self._owner = self.owner(ctx, call.func.value)
         return None if self._owner is None else call
@@ -207,8 +212,11 @@ class LoggerToOp(LoggerRecipe):
         call = super().match(ctx)
         if call is None:
             return None
+        starred = {id(a.value) for a in call.args if a.star}
         for value in self._values(ctx, call):
-            why = _not_a_plain_value(ctx, value)
+            # the items of `*values` are told apart at trace time: the helper logs
+            # anything that is no text, number, tensor or None itself (Dynamo breaks there)
+            why = None if id(value) in starred else _not_a_plain_value(ctx, value)
             if why:
                 raise Decline(f"{ctx.code(value)} {why}")
         return call
