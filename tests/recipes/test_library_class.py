@@ -949,3 +949,52 @@ def test_the_inner_recipe_sees_the_librarys_class(tmp_path):
     body = "return self.buf * x.sum().item()  # BREAK"
     out = patch(tmp_path, body=body, layers=layers, code="GB0124", lib_span="x.sum().item()")
     assert "            return self.buf * x.sum().detach()  # BREAK\n" in out
+
+
+CHUNKED = '''\
+import numpy as np
+import torch
+from torch import nn
+
+
+class Config:
+    lsh_chunk = 4
+    local_chunk = 6
+
+
+def _chunk_len(config):
+    return np.lcm(config.lsh_chunk, config.local_chunk)
+
+
+class Mixer(nn.Module):
+    def __init__(self, dim, verbose=False):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+        self.config = Config()
+
+    def forward(self, x, mask=None):
+        n = _chunk_len(self.config)
+        if x.shape[-1] % n != 0:
+            x = torch.nn.functional.pad(x, (0, n - x.shape[-1] % n))[..., : x.shape[-1]]
+        return x + torch.tanh(self.proj(x))
+'''
+
+
+def test_engine_patches_the_function_a_method_calls(tmp_path):
+    """Mixer.forward tests `x.shape[-1] % n` with n from a module-level helper's np.lcm (a
+    tensor under Dynamo, as in Reformer): the inner recipe's fix lies in the helper, so the
+    helper is patched (bound in tinylib.blocks, where forward looks it up), not the method."""
+    shutil.copytree(FIXTURES / "library_patch", tmp_path, dirs_exist_ok=True)
+    (tmp_path / "tinylib" / "blocks.py").write_text(CHUNKED)
+    library = {p.relative_to(tmp_path): p.read_bytes() for p in (tmp_path / "tinylib").rglob("*.py")}
+    before = _run(tmp_path)
+    script = (tmp_path / "run.py").resolve()
+    result = engine.fix([script], parse_entry("python -m run", tmp_path), engine.Options())
+    assert [o.edit.recipe for o in result.outcomes if o.status == "applied"] == ["library-patch"]
+    assert result.remaining == 0
+    text = result.fixed[script].decode()
+    assert "    tinylib.blocks._chunk_len = _gbfix_fixed__chunk_len\n" in text and "_GbfixFixedMixer" not in text
+    assert "if torch.compiler.is_compiling()" in text
+    script.write_bytes(result.fixed[script])
+    assert _run(tmp_path) == before
+    assert {p.relative_to(tmp_path): p.read_bytes() for p in (tmp_path / "tinylib").rglob("*.py")} == library

@@ -117,7 +117,10 @@ packages above it that re-export it (``from .canny import canny`` makes
 (a registry, a default argument) keep the library's function: a break left,
 which the verifier sees. Declined besides: a function that calls itself
 through its module's global. When no recipe fixes the function, the next one
-up the stack is tried, up to the innermost method.
+up the stack is tried, up to the innermost method. When the fix an inner recipe
+finds for a method lies in another module-level function of the library's file
+(Reformer's chunk length comes from a helper's ``np.lcm``), that function is
+patched the same way, bound in its module, where the method looks it up.
 
 Four recipes with the safety of the recipes they apply: ``library-class`` and
 ``library-patch`` apply the safe ones, ``library-class-unsafe`` and
@@ -147,7 +150,7 @@ from gbfix import edits, recipes
 from gbfix.errors import GbfixError
 from gbfix.locate import Locator, ParsedFile, own_frame_at, torch_or_stdlib
 from gbfix.recipes.analysis import call_at, global_bindings, module_name, qualified_names, taken
-from gbfix.recipes.base import Decline, Recipe, Replacement, SiteContext
+from gbfix.recipes.base import Decline, Recipe, Replacement, Rewrite, SiteContext
 from gbfix.recipes.layout import add_helpers, blank_lines_before
 from gbfix.recipes.tree import nodes, variables
 from gbfix.records import Edit, Frame, Safety, Site
@@ -591,42 +594,75 @@ def _fix_copy(
 ) -> cst.Module:
     """The user's ``module``, which holds the library method copied into class ``sub``
     (or the library function copied as ``sub``), with the copy replaced by the method
-    as the first inner recipe of that safety rewrites it.
+    as the first inner recipe of that safety rewrites it."""
+    recipe, rw = _inner_rewrite(ctx, safety, lib, lib_at, method)
+    return _with_fixed_copy(ctx, safety, module, sub, method, recipe, rw)
+
+
+class _Elsewhere(Decline):
+    """The inner recipe's fix lies in another module-level function of the library's
+    file, which the method calls (Reformer's chunk length comes from a helper's
+    ``np.lcm``): ``library-patch`` patches that function instead."""
+
+    def __init__(self, function: cst.FunctionDef, recipe: type[Recipe], rewrite: Rewrite) -> None:
+        super().__init__(f"the fix is in {function.name.value}, a function of the library the method calls")
+        self.function, self.recipe, self.rewrite = function, recipe, rewrite
+
+
+def _inner_rewrite(
+    ctx: SiteContext, safety: Safety, lib: ParsedFile, lib_at: int, method: cst.FunctionDef
+) -> tuple[type[Recipe], Rewrite]:
+    """The first inner recipe of that safety whose rewrite lies in ``method``.
 
     The inner recipes run on the library's own file, the break's library frame the
     site: they see the method's class (what ``__init__`` assigns to ``self``) and
-    module as the package side does. Their rewrite must lie in the method; the helpers
-    and imports it needs go to the user's file."""
+    module as the package side does. A rewrite in another module-level function of
+    the file, when no recipe rewrites the method, is ``_Elsewhere``."""
     frame = ctx.site.brk.stack[lib_at]
     site = Site(
         lib.source.path, frame.line, lib.char_col(frame.line, frame.col), lib.char_col(frame.line, frame.end_col), ctx.site.brk
     )
     inner_ctx = SiteContext(site, lib.node_at(site.line, site.col, site.end_col), lib, ctx.capabilities)
+    elsewhere: _Elsewhere | None = None
+    for recipe in recipes.candidates(ctx.site.code, unsafe=safety == "unsafe"):
+        if recipe.safety != safety or recipe not in _INNER or recipe().observation(inner_ctx) is not None:
+            continue
+        rw = recipe().propose(inner_ctx)
+        if rw is None or rw.into is not None:
+            continue
+        holders = (rw.original, *lib.ancestors(rw.original))
+        if any(a is method for a in holders):
+            return recipe, rw
+        function = next((f for f in lib.module.body if isinstance(f, cst.FunctionDef) and any(a is f for a in holders)), None)
+        if function is not None and elsewhere is None:
+            elsewhere = _Elsewhere(function, recipe, rw)
+    raise elsewhere or Decline("no recipe fixes the copied method")
+
+
+def _with_fixed_copy(
+    ctx: SiteContext, safety: Safety, module: cst.Module, sub: str, fn: cst.FunctionDef, recipe: type[Recipe], rw: Rewrite
+) -> cst.Module:
+    """``module`` with the copy of ``fn`` (a method of class ``sub``, or the function
+    ``sub``) replaced by ``fn`` as ``rw`` rewrites it; the helpers and imports the
+    rewrite needs go to the user's file."""
     text = module.code
     try:
         data = text.encode(ctx.file.source.encoding)
     except UnicodeEncodeError as e:
         raise Decline("the method does not encode in this file's encoding") from e
     parsed = Locator({ctx.site.path: SourceFile(ctx.site.path, data, text, ctx.file.source.encoding)}).parsed(ctx.site.path)
-    copied = _copied_method(parsed, sub, method.name.value)
-    for recipe in recipes.candidates(ctx.site.code, unsafe=safety == "unsafe"):
-        if recipe.safety != safety or recipe not in _INNER or recipe().observation(inner_ctx) is not None:
-            continue
-        rw = recipe().propose(inner_ctx)
-        if rw is None or rw.into is not None or not any(a is method for a in (rw.original, *lib.ancestors(rw.original))):
-            continue  # a rewrite elsewhere in the library's file is not a fix of the copied method
-        fixed = method.visit(_Swap(rw.original, rw.replacement))
-        if not isinstance(fixed, cst.FunctionDef):
-            continue
-        clash = next((name for name, _ in rw.helpers if taken(ctx, name)), None)
-        if clash is not None:
-            raise Decline(f"this file binds {clash} to something else")
-        # the copy's own name (a function's is new) and the blank lines above it in the user's file
-        fixed = fixed.with_changes(name=copied.name, leading_lines=copied.leading_lines)
-        (start, end) = parsed.span(copied)
-        edit = Edit(0, ctx.site, recipe.name, safety, rw.message, start, end, copied, fixed, rw.imports, rw.helpers)
-        return cst.parse_module(edits.apply(parsed, [edit]))
-    raise Decline("no recipe fixes the copied method")
+    copied = _copied_method(parsed, sub, fn.name.value)
+    fixed = fn.visit(_Swap(rw.original, rw.replacement))
+    if not isinstance(fixed, cst.FunctionDef):
+        raise Decline("the rewrite removes the method")
+    clash = next((name for name, _ in rw.helpers if taken(ctx, name)), None)
+    if clash is not None:
+        raise Decline(f"this file binds {clash} to something else")
+    # the copy's own name (a function's is new) and the blank lines above it in the user's file
+    fixed = fixed.with_changes(name=copied.name, leading_lines=copied.leading_lines)
+    (start, end) = parsed.span(copied)
+    edit = Edit(0, ctx.site, recipe.name, safety, rw.message, start, end, copied, fixed, rw.imports, rw.helpers)
+    return cst.parse_module(edits.apply(parsed, [edit]))
 
 
 class _Swap(cst.CSTTransformer):
@@ -744,11 +780,16 @@ def _patch(ctx: SiteContext, safety: Safety) -> cst.Module:
         raise Decline("the site's frame is not in the stack")
     declined: Decline | None = None
     for lib_at, path, lib, owner, fn in _library_code(stack, user_at):
-        if owner is not None:
-            return _patch_class(ctx, safety, user_at, lib_at, path, lib, owner, fn)
         try:
+            if owner is not None:
+                return _patch_class(ctx, safety, user_at, lib_at, path, lib, owner, fn)
             return _patch_function(ctx, safety, user_at, lib_at, path, lib, fn)
+        except _Elsewhere as e:  # the fix lies in a function the method calls: patch that one
+            module, sub = _function_patch(ctx, path, lib, e.function, {})
+            return _with_fixed_copy(ctx, safety, module, sub, e.function, e.recipe, e.rewrite)
         except Decline as e:
+            if owner is not None:
+                raise
             declined = declined or e
     raise declined or Decline("no library method or function in the stack below the user's call")
 
@@ -828,14 +869,24 @@ def _patch_function(
     dicts of functions (``LOSS_MAPPING = {"ForCausalLM": f}``) get it too; other reads
     at import (a default argument, a registry) keep the library's function, which is
     only a break left, which the verifier sees."""
-    stack = ctx.site.brk.stack
+    libmod = module_name(path)
+    module, sub = _function_patch(ctx, path, lib, fn, _importers(ctx.site.brk.stack[user_at + 1 : lib_at], libmod, fn.name.value))
+    return _fix_copy(ctx, safety, module, sub, lib, fn, lib_at)
+
+
+def _function_patch(
+    ctx: SiteContext, path: Path, lib: ParsedFile, fn: cst.FunctionDef, importers: dict[str, tuple[ParsedFile, str]]
+) -> tuple[cst.Module, str]:
+    """The user's module with the patch of the library function ``fn`` (its verbatim copy,
+    to be fixed), bound in its module, in ``importers`` and in the packages that re-export
+    it; and the copy's name."""
     libmod = module_name(path)
     _check_method(lib, fn, libmod, method=False)
     name = fn.name.value
     free = _free_globals(lib, fn)
     if name in free:
         raise Decline(f"{name} calls itself through its module's global")
-    binds = {libmod: (lib, name), **_importers(stack[user_at + 1 : lib_at], libmod, name), **_reexporters(path, libmod, name)}
+    binds = {libmod: (lib, name), **importers, **_reexporters(path, libmod, name)}
     entries = [f"{mod}.{entry}" for mod, (parsed, local) in binds.items() for entry in _read_at_import(parsed, local, strict=False)]
     sub = f"_gbfix_fixed_{name}"
     _free_in_file(ctx, {sub, *{m.split(".")[0] for m in binds}})
@@ -848,8 +899,7 @@ def _patch_function(
         *entries,
     ]
     imported = sorted([*binds, *(["sys"] if shadowed else [])])
-    module = _with_patch(ctx, lib, fn, sub, libmod, name, imported, rebound, needed, function=True)
-    return _fix_copy(ctx, safety, module, sub, lib, fn, lib_at)
+    return _with_patch(ctx, lib, fn, sub, libmod, name, imported, rebound, needed, function=True), sub
 
 
 def _importers(frames: tuple[Frame, ...], libmod: str, name: str) -> dict[str, tuple[ParsedFile, str]]:
