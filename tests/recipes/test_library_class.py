@@ -998,3 +998,16 @@ def test_engine_patches_the_function_a_method_calls(tmp_path):
     script.write_bytes(result.fixed[script])
     assert _run(tmp_path) == before
     assert {p.relative_to(tmp_path): p.read_bytes() for p in (tmp_path / "tinylib").rglob("*.py")} == library
+
+
+def test_a_function_the_method_calls_is_patched_when_the_method_cannot_be(tmp_path):
+    """Block.forward is under a decorator of the library's own (it cannot be copied), but the
+    fix lies in _chunk_len, the module-level function it calls: that one is patched."""
+    layers = ALONE.replace("import warnings\n", "import warnings\n\nimport numpy as np\n").replace(
+        "SCALE = 0.5\n",
+        "SCALE = 0.5\n\n\ndef keep(fn):\n    return fn\n\n\nclass Config:\n    lsh_chunk = 4\n    local_chunk = 6\n\n\n"
+        "def _chunk_len(config):\n    return np.lcm(config.lsh_chunk, config.local_chunk)\n",
+    ).replace("    def forward(self, x, mask=None):", "    @keep\n    def forward(self, x, mask=None):")
+    body = "n = _chunk_len(Config())\nif x.shape[-1] % n != 0:  # BREAK\n    x = x[..., :n]\nreturn x"
+    out = patch(tmp_path, body=body, layers=layers, code="GB0170", lib_span="x.shape[-1] % n != 0")
+    assert "    pkg.layers._chunk_len = _gbfix_fixed__chunk_len\n" in out and "_GbfixFixedBlock" not in out

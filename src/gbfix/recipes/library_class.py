@@ -804,6 +804,25 @@ def _patch_class(
     owner: cst.ClassDef,
     method: cst.FunctionDef,
 ) -> cst.Module:
+    try:
+        module, sub = _class_patch(ctx, user_at, lib_at, path, lib, owner, method)
+    except Decline:
+        # the method cannot be copied (a decorator, ...); the fix may lie in a function it calls
+        try:
+            _inner_rewrite(ctx, safety, lib, lib_at, method)
+        except _Elsewhere:
+            raise
+        except Decline:
+            pass
+        raise
+    return _fix_copy(ctx, safety, module, sub, lib, method, lib_at)
+
+
+def _class_patch(
+    ctx: SiteContext, user_at: int, lib_at: int, path: Path, lib: ParsedFile, owner: cst.ClassDef, method: cst.FunctionDef
+) -> tuple[cst.Module, str]:
+    """The user's module with the patch of ``owner`` holding a verbatim copy of ``method``
+    (to be fixed), in a new patch or in an earlier one of the class; and the subclass's name."""
     stack = ctx.site.brk.stack
     libmod = module_name(path)
     _check_method(lib, method, libmod)
@@ -815,11 +834,9 @@ def _patch_class(
     _free_in_file(ctx, {*(() if earlier else (sub,)), *{m.split(".")[0] for m in binds}})
     needed = [_patch_import(lib, libmod, n) for n in _unbound(ctx, lib, _free_globals(lib, method))]
     if earlier is not None:
-        module = _with_method(ctx, earlier, lib, method, sub, libmod, name, needed)
-    else:
-        rebound = [*(f"{mod}.{local}" for mod, (_, local) in binds.items()), *entries]
-        module = _with_patch(ctx, lib, method, sub, libmod, name, sorted(binds), rebound, needed)
-    return _fix_copy(ctx, safety, module, sub, lib, method, lib_at)
+        return _with_method(ctx, earlier, lib, method, sub, libmod, name, needed), sub
+    rebound = [*(f"{mod}.{local}" for mod, (_, local) in binds.items()), *entries]
+    return _with_patch(ctx, lib, method, sub, libmod, name, sorted(binds), rebound, needed), sub
 
 
 def _free_in_file(ctx: SiteContext, names: set[str]) -> None:
