@@ -817,8 +817,8 @@ def test_patch_a_function_of_the_library(tmp_path):
     out = patch_function(tmp_path)
     digest = source_digest((tmp_path / "pkg" / "ops.py").read_text().splitlines(keepends=True), 6)
     assert out.split("\n\n\n", 2)[2] == f'''\
-# gbfix: pkg.ops.scale_of breaks the compiled graph, and gbfix does not edit pkg: while
-# that function is the code fixed here, pkg calls this copy instead.
+# gbfix: the graph breaks on pkg.ops.scale_of, and gbfix does not edit pkg: while that
+# function is the code fixed here, pkg calls this copy instead.
 if _gbfix_unchanged("pkg.ops", "scale_of", "{digest}"):
     import pkg.layers
     import pkg.ops

@@ -1123,14 +1123,16 @@ def _patch_note(libmod: str, name: str, methods: list[str]) -> list[cst.EmptyLin
     """The comment above a patch of methods of class ``name``, or of a function (``name`` empty)."""
     top = libmod.split(".")[0]
     if not name:
-        what, those, instead = f"{libmod}.{methods[0]} breaks", "that function is", "calls this copy"
+        # in the function, or on what it returns (a helper's np.lcm read by a method)
+        what, those, instead = f"the graph breaks on {libmod}.{methods[0]}", "that function is", "calls this copy"
     else:
         what = f"{libmod}.{name}.{methods[0]} breaks" if len(methods) == 1 else (
             f"{libmod}.{name}.{', .'.join(methods[:-1])} and .{methods[-1]} break"
         )
+        what += " the compiled graph"
         those, instead = ("that method is" if len(methods) == 1 else "those methods are"), "builds this subclass"
     note = textwrap.wrap(
-        f"gbfix: {what} the compiled graph, and gbfix does not edit {top}:"
+        f"gbfix: {what}, and gbfix does not edit {top}:"
         f" while {those} the code fixed here, {top} {instead} instead.",
         width=88,
         initial_indent="# ",
