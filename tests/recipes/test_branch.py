@@ -4,15 +4,18 @@ the body returns or raises."""
 
 from __future__ import annotations
 
+import itertools
 import textwrap
 from pathlib import Path
 
+import libcst as cst
 import pytest
 
 from gbfix.locate import ParsedFile
 from gbfix.recipes.base import SiteContext
 from gbfix.recipes.branch import (
     RECIPES,
+    WHERE,
     BranchDropShortcut,
     BranchToCheck,
     BranchToCond,
@@ -20,6 +23,7 @@ from gbfix.recipes.branch import (
     BranchToWhere,
     BranchToWhereUnchecked,
 )
+from gbfix.recipes.layout import add_helpers
 from gbfix.records import Break, Cause, Frame, Site
 from gbfix.rules import RuleExample, parse
 from gbfix.sources import SourceFile
@@ -131,7 +135,7 @@ WHERE_CASES = {
     "python prefix stays an if": (
         """
         class M:
-            def forward(self, x, t):
+            def forward(self, x, t: float):
                 if self.training and x.mean() > t:
                     x = x.clamp(min=-t, max=t)
                 return x
@@ -139,7 +143,7 @@ WHERE_CASES = {
         "x.mean() > t",
         """
         class M:
-            def forward(self, x, t):
+            def forward(self, x, t: float):
                 if self.training:
                     x = torch.where(x.mean() > t, x.clamp(min=-t, max=t), x)
                 return x
@@ -203,7 +207,7 @@ WHERE_CASES = {
     ),
     "elif chain folds into nested wheres": (
         """
-        def f(x, lo, hi):
+        def f(x, lo: float, hi: float):
             if x.mean() > hi:
                 x = x - hi
             elif x.mean() < lo:
@@ -214,7 +218,7 @@ WHERE_CASES = {
         """,
         "x.mean() > hi",
         """
-        def f(x, lo, hi):
+        def f(x, lo: float, hi: float):
             x = torch.where(x.mean() > hi, x - hi, torch.where(x.mean() < lo, x - lo, x * 1.0))
             return x
         """,
@@ -240,7 +244,7 @@ WHERE_CASES = {
     ),
     "gradient-clipping scale with eps": (
         """
-        def f(g, max_norm):
+        def f(g, max_norm=1.0):
             norm = g.norm()
             if norm > max_norm:
                 g = g * (max_norm / (norm + 1e-6))
@@ -248,7 +252,7 @@ WHERE_CASES = {
         """,
         "norm > max_norm",
         """
-        def f(g, max_norm):
+        def f(g, max_norm=1.0):
             norm = g.norm()
             g = torch.where(norm > max_norm, g * (max_norm / (norm + 1e-6)), g)
             return g
@@ -256,14 +260,14 @@ WHERE_CASES = {
     ),
     "long call is laid out one argument a line": (
         """
-        def f(hidden_states, attention_scores, threshold):
+        def f(hidden_states, attention_scores, threshold: float):
             if attention_scores.abs().amax() > threshold:
                 hidden_states = hidden_states.clamp(-threshold, threshold) * 0.5
             return hidden_states
         """,
         "attention_scores.abs().amax() > threshold",
         """
-        def f(hidden_states, attention_scores, threshold):
+        def f(hidden_states, attention_scores, threshold: float):
             hidden_states = torch.where(
                 attention_scores.abs().amax() > threshold,
                 hidden_states.clamp(-threshold, threshold) * 0.5,
@@ -387,9 +391,7 @@ WHERE_DECLINES = {
     "random arm": ("if x.sum() > 0:\n        x = x + torch.rand_like(x)", "x.sum() > 0"),
     "division by data": ("if n > 0:\n        x = x / n", "n > 0"),
     "log of data": ("if x.min() > 0:\n        x = x.log()", "x.min() > 0"),
-    "other shape": ("if x.sum() > 0:\n        x = torch.zeros(3)", "x.sum() > 0"),
     "python number arm": ("if x.sum() > 0:\n        x = 0.0", "x.sum() > 0"),
-    "dtype change": ("if x.sum() > 0:\n        x = x.float()", "x.sum() > 0"),
     "target not bound": ("if x.sum() > 0:\n        z = x * 2", "x.sum() > 0"),
     "target bound only conditionally": ("if n:\n        z = x\n    if x.sum() > 0:\n        z = x * 2", "x.sum() > 0"),
     "else assigns another name": ("if x.sum() > 0:\n        x = x * 2\n    else:\n        n = n * 2", "x.sum() > 0"),
@@ -401,9 +403,141 @@ WHERE_DECLINES = {
     "elif with an impure test": ("if x.sum() > 0:\n        x = x * 2\n    elif print(x):\n        x = -x", "x.sum() > 0"),
     "elif assigns another name": ("if x.sum() > 0:\n        x = x * 2\n    elif n.sum() > 0:\n        n = -x", "x.sum() > 0"),
     "call on self in the arm": ("if x.sum() > 0:\n        x = self.norm(x)", "x.sum() > 0"),
-    "a transpose: another shape": ("if x.sum() > 0:\n        x = x.t()", "x.sum() > 0"),
-    "softmax to another dtype": ("if x.sum() > 0:\n        x = x.softmax(-1, dtype=torch.float64)", "x.sum() > 0"),
+    "singular derivative, shape not shown": ("if x.sum() > 0:\n        x = x.t().log()", "x.sum() > 0"),
 }
+
+
+def with_where(text: str) -> str:
+    """``text`` with the checked select (gbfix_where) defined after its imports, as the recipe adds it."""
+    module = add_helpers(cst.parse_module(body(text)), {WHERE.name: WHERE.code})
+    return module.code
+
+
+# Arms not shown to be of one tensor's shape and dtype: the select is checked while
+# tracing (gbfix_where), so a broadcast or a promotion runs the branch as written.
+CHECKED_CASES = {
+    "a threshold that may be a tensor (unannotated parameter)": (
+        """
+        def f(g, max_norm):
+            norm = g.norm()
+            if norm > max_norm:
+                g = g * (max_norm / (norm + 1e-6))
+            return g
+        """,
+        "norm > max_norm",
+        """
+        def f(g, max_norm):
+            norm = g.norm()
+            g = gbfix_where(norm > max_norm, g * (max_norm / (norm + 1e-6)), g)
+            return g
+        """,
+    ),
+    "another tensor in the arm (it may broadcast x)": (
+        """
+        def f(x, y):
+            if x.sum() > 0:
+                x = x * 2
+                y = y.abs() + x
+            return x, y
+        """,
+        "x.sum() > 0",
+        """
+        def f(x, y):
+            pred = x.sum() > 0
+            x = torch.where(pred, x * 2, x)
+            y = gbfix_where(pred, y.abs() + x, y)
+            return x, y
+        """,
+    ),
+    "a constructor of its own shape": ("def f(x):\n    if x.sum() > 0:\n        x = torch.zeros(3)\n    return x\n", "x.sum() > 0", "def f(x):\n    x = gbfix_where(x.sum() > 0, torch.zeros(3), x)\n    return x\n"),
+    "a cast": ("def f(x):\n    if x.sum() > 0:\n        x = x.float()\n    return x\n", "x.sum() > 0", "def f(x):\n    x = gbfix_where(x.sum() > 0, x.float(), x)\n    return x\n"),
+    "a transpose (method)": (
+        """
+        class M:
+            def forward(self, x):
+                if x.sum() > 0:
+                    x = x.t()
+                return x
+        """,
+        "x.sum() > 0",
+        """
+        class M:
+            def forward(self, x):
+                x = gbfix_where(x.sum() > 0, x.t(), x)
+                return x
+        """,
+    ),
+    "an elif chain of unannotated bounds folds into checked selects": (
+        """
+        def f(x, lo, hi):
+            if x.mean() > hi:
+                x = x - hi
+            elif x.mean() < lo:
+                x = x - lo
+            return x
+        """,
+        "x.mean() > hi",
+        """
+        def f(x, lo, hi):
+            x = gbfix_where(x.mean() > hi, x - hi, gbfix_where(x.mean() < lo, x - lo, x))
+            return x
+        """,
+    ),
+    "a conditional expression with a projection": (
+        "def f(h, w):\n    return h @ w if h.abs().amax() > 1 else h\n",
+        "h.abs().amax() > 1",
+        "def f(h, w):\n    return gbfix_where(h.abs().amax() > 1, h @ w, h)\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CHECKED_CASES)
+def test_where_checked(case):
+    source, fragment, expected = CHECKED_CASES[case]
+    assert fix(source, BranchToWhere, fragment) == with_where(expected)
+
+
+# Names shown to be numbers keep the plain torch.where.
+NUMBER_EVIDENCE = {
+    "annotated parameter": ("def f(x, t: float):", "t"),
+    "parameter with a number default": ("def f(x, t=0.5):", "t"),
+    "a setting": ("def f(x, config):", "config.eps"),
+    "a size": ("def f(x):\n    t = x.shape[-1]", "t"),
+    "a read by .item()": ("def f(x):\n    t = x.max().item()", "t"),
+    "math": ("def f(x):\n    t = math.sqrt(2.0)", "t"),
+    "a loop index": ("def f(x):\n  for t in range(3):", "t"),
+}
+
+
+@pytest.mark.parametrize("case", NUMBER_EVIDENCE)
+def test_where_number_evidence(case):
+    head, t = NUMBER_EVIDENCE[case]
+    indent = "    " * (2 if "for " in head else 1)
+    head = head.replace("\n  for", "\n    for")
+    source = f"{head}\n{indent}if x.sum() > 0:\n{indent}    x = x * {t}\n{indent}return x\n"
+    assert fix(source, BranchToWhere, "x.sum() > 0") == body(
+        f"{head}\n{indent}x = torch.where(x.sum() > 0, x * {t}, x)\n{indent}return x\n"
+    )
+
+
+def test_where_self_attribute_evidence():
+    source = """
+        class M:
+            def __init__(self, eps=1e-5, scale=None):
+                self.eps = eps
+                self.scale = scale
+
+            def forward(self, x):
+                if x.sum() > 0:
+                    x = x * self.eps
+                if x.max() > 0:
+                    x = x * self.scale
+                return x
+        """
+    fixed = fix(source, BranchToWhere, "x.sum() > 0")
+    assert "x = torch.where(x.sum() > 0, x * self.eps, x)" in fixed  # set from a number default
+    fixed = fix(source, BranchToWhere, "x.max() > 0")
+    assert "x = gbfix_where(x.max() > 0, x * self.scale, x)" in fixed  # None by default: anything
 
 
 @pytest.mark.parametrize("case", WHERE_DECLINES)
@@ -1027,7 +1161,7 @@ STEPS_CASES = {
         def f(x, y):
             if x.sum() > 0:
                 x = x * 2
-                y = y.abs() + x
+                y = y.abs() * 2
             return x, y
         """,
         "x.sum() > 0",
@@ -1035,7 +1169,7 @@ STEPS_CASES = {
         def f(x, y):
             pred = x.sum() > 0
             x = torch.where(pred, x * 2, x)
-            y = torch.where(pred, y.abs() + x, y)
+            y = torch.where(pred, y.abs() * 2, y)
             return x, y
         """,
     ),
@@ -1385,9 +1519,9 @@ def test_general_path_for_a_where_that_fills_nan():
     assert fix(with_y.replace("full_like(x, y)", "full_like(x, -1.0)"), BranchToGeneralPath, "if torch.any", whole_if=True)
 
 
-# ---------------------------------------------------------------- branch-to-where-broadcast (unsafe)
+# ---------------------------------------------------------------- arms of unproven shapes: checked selects (safe)
 
-UNCHECKED_CASES = {
+UNPROVEN_CASES = {
     "MoE accumulation in a loop (helper)": (
         """
         def combine(x, top, probs):
@@ -1404,7 +1538,7 @@ UNCHECKED_CASES = {
             out = torch.zeros_like(x)
             for e in range(4):
                 sel = top == e
-                out = torch.where(
+                out = gbfix_where(
                     sel.any(),
                     out + x * sel.unsqueeze(-1).to(x.dtype) * probs[..., e : e + 1],
                     out,
@@ -1425,7 +1559,7 @@ UNCHECKED_CASES = {
         class M:
             def forward(self, x, w):
                 if self.training:
-                    x = torch.where(x.abs().amax() > 1, x @ w, x)
+                    x = gbfix_where(x.abs().amax() > 1, x @ w, x)
                 return x
         """,
     ),
@@ -1441,21 +1575,21 @@ UNCHECKED_CASES = {
         "gate.mean() > 0.5",
         """
         def f(h, gate):
-            y = torch.where(gate.mean() > 0.5, h.softmax(-1), h.sum(-1, keepdim=True))
+            y = gbfix_where(gate.mean() > 0.5, h.softmax(-1), h.sum(-1, keepdim=True))
             return y
         """,
     ),
 }
 
 
-@pytest.mark.parametrize("case", UNCHECKED_CASES)
-def test_where_broadcast(case):
-    source, fragment, expected = UNCHECKED_CASES[case]
-    assert fix(source, BranchToWhere, fragment) is None  # shapes not shown to agree: not the safe recipe
-    assert fix(source, BranchToWhereUnchecked, fragment) == body(expected)
+@pytest.mark.parametrize("case", UNPROVEN_CASES)
+def test_where_unproven_shapes_are_checked(case):
+    source, fragment, expected = UNPROVEN_CASES[case]
+    assert fix(source, BranchToWhere, fragment) == with_where(expected)
+    assert fix(source, BranchToWhereUnchecked, fragment) is None  # the safe recipe's edit
 
 
-UNCHECKED_DECLINES = {
+UNPROVEN_DECLINES = {
     "already the safe recipe's": "if x.sum() > 0:\n        x = x.clamp(-1, 1)",
     "log on the unselected arm": "if x.min() > 0:\n        x = x @ w.log()",
     "exp on the unselected arm": "if x.max() < 10:\n        x = x @ w.exp()",
@@ -1466,13 +1600,15 @@ UNCHECKED_DECLINES = {
 }
 
 
-@pytest.mark.parametrize("case", UNCHECKED_DECLINES)
-def test_where_broadcast_declines(case):
-    source = f"def f(self, x, w, n):\n    {UNCHECKED_DECLINES[case]}\n    return x\n"
+@pytest.mark.parametrize("case", UNPROVEN_DECLINES)
+def test_where_unproven_declines(case):
+    source = f"def f(self, x, w, n):\n    {UNPROVEN_DECLINES[case]}\n    return x\n"
     assert fix(source, BranchToWhereUnchecked, "if ", whole_if=True) is None
+    if case != "already the safe recipe's":
+        assert fix(source, BranchToWhere, "if ", whole_if=True) is None
 
 
-def test_where_broadcast_is_unsafe():
+def test_where_inplace_is_unsafe():
     assert BranchToWhereUnchecked.safety == "unsafe"
 
 
@@ -1625,7 +1761,7 @@ AUGMENTED_CASES = {
             out = torch.zeros_like(x)
             for e in range(4):
                 sel = top == e
-                out = torch.where(sel.any(), out + x * sel[..., None] * w[e], out)
+                out = gbfix_where(sel.any(), out + x * sel[..., None] * w[e], out)
             return out
         """,
     ),
@@ -1642,7 +1778,7 @@ AUGMENTED_CASES = {
         class Router:
             def forward(self, loss, aux):
                 if self.training:
-                    loss = torch.where(aux.isfinite().all(), loss + 0.01 * aux.mean(), loss)
+                    loss = gbfix_where(aux.isfinite().all(), loss + 0.01 * aux.mean(), loss)
                 return loss
         """,
     ),
@@ -1661,7 +1797,7 @@ AUGMENTED_CASES = {
             h = h.float()
             pred = g.abs().max() > 1
             h = torch.where(pred, h * 0.5, h)
-            g = torch.where(pred, g.clamp(-1, 1) @ h, g)
+            g = gbfix_where(pred, g.clamp(-1, 1) @ h, g)
             return h, g
         """,
     ),
@@ -1669,16 +1805,16 @@ AUGMENTED_CASES = {
 
 
 @pytest.mark.parametrize("case", AUGMENTED_CASES)
-def test_where_broadcast_takes_augmented_assignments(case):
+def test_where_inplace_takes_augmented_assignments(case):
     source, fragment, expected = AUGMENTED_CASES[case]
     assert fix(source, BranchToWhere, fragment) is None  # in place: never the safe recipe
-    assert fix(source, BranchToWhereUnchecked, fragment) == body(expected)
+    assert fix(source, BranchToWhereUnchecked, fragment) == with_where(expected)
 
 
 @pytest.mark.parametrize(
     "stmt", ["x //= 2", "self.x += 1", "x[0] += 1", "y += x.sum()"],  # no such operator, state, an element, y unbound
 )
-def test_where_broadcast_declines_other_augmented_assignments(stmt):
+def test_where_inplace_declines_other_augmented_assignments(stmt):
     source = f"def f(self, x):\n    x = x.float()\n    if x.max() > 0:\n        {stmt}\n    return x\n"
     assert fix(source, BranchToWhereUnchecked, "x.max() > 0") is None
 
@@ -1782,11 +1918,61 @@ def test_where_says_why_it_declines():
         """
         def f(x, n):
             if x.sum() > 0:
-                x = x.t()
+                x = x.t().log()
             return x
         """
     )
     ctx = site_context(source, *site(source, "x.sum() > 0"), "GB0170")
     recipe = BranchToWhere()
     assert recipe.propose(ctx) is None
-    assert recipe.declined == "`x.t()` and `x` are not shown to be one tensor's shape and dtype (torch.where would broadcast and promote them)"
+    assert recipe.declined == (
+        "`x.t().log()` and `x` are not shown to be one tensor's shape and dtype, and an arm has a singular derivative:"
+        " its zero gradient on the unselected side would turn into NaN"
+    )
+
+
+# ---------------------------------------------------------------- gbfix_where at run time
+
+
+def _outcome(torch, value):
+    """A comparable outcome: an error type, or a tensor's shape, dtype and values, or a number."""
+    if isinstance(value, type):
+        return value
+    if isinstance(value, torch.Tensor):
+        return tuple(value.shape), value.dtype, value.requires_grad, value.tolist()
+    return type(value), repr(value)
+
+
+def test_gbfix_where_gives_what_the_branch_gives_compiled_and_not():
+    """Conditions true and false, of one element or several; arms of one shape and dtype,
+    of shapes that broadcast, of two dtypes, Python numbers, with and without gradient:
+    the value (shape, dtype, gradient need) or the error of `a if cond else b`, eagerly and
+    compiled; no break exactly where torch.where stands for the branch."""
+    torch = pytest.importorskip("torch")
+    from torch._dynamo.utils import counters
+
+    from tests.helpers import generated_function, value_or_error
+
+    pick = generated_function(WHERE)
+    x = torch.arange(4.0)
+    conds = [torch.tensor(True), torch.tensor(0.0), torch.tensor([[1.0]]), torch.tensor([True, False]), True]
+    arms = [
+        (x * 2, x),  # one shape and dtype: a select
+        (x * torch.ones(3, 1), x),  # a broadcast: the branch as written
+        (x.double(), x),  # two dtypes
+        (torch.zeros(4, dtype=torch.int64), torch.ones(4, dtype=torch.int64)),
+        (x.requires_grad_(False) * torch.ones(4, requires_grad=True), x),  # one needs a gradient
+        (1.0, x),  # a Python number
+    ]
+    compiled = torch.compile(lambda c, a, b: pick(c, a, b), backend="eager")
+    for cond, (a, b) in itertools.product(conds, arms):
+        want = _outcome(torch, value_or_error(lambda: a if cond else b))  # noqa: B023 - called at once
+        assert _outcome(torch, value_or_error(lambda: pick(cond, a, b))) == want  # noqa: B023
+        torch._dynamo.reset()
+        counters.clear()
+        assert _outcome(torch, value_or_error(lambda: compiled(cond, a, b))) == want, (cond, a, b)  # noqa: B023
+        selects = (
+            isinstance(cond, torch.Tensor) and cond.numel() == 1 and isinstance(a, torch.Tensor)
+            and a.shape == b.shape and a.dtype == b.dtype and a.requires_grad == b.requires_grad
+        )
+        assert bool(counters["graph_break"]) == (isinstance(cond, torch.Tensor) and not selects), (cond, a, b)

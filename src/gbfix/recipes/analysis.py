@@ -345,6 +345,115 @@ def tensor_evidence(name: str, scope: cst.CSTNode) -> bool:
     return False
 
 
+# ---------------------------------------------------------------- numbers
+
+# Builtins and methods whose result is a Python number (or, for a reduction without a
+# dim, a 0-dim tensor): an operand that neither widens a tensor's shape nor, for a
+# floating tensor, changes its dtype.
+_NUMBER_BUILTINS = frozenset({"float", "int", "len", "round", "abs", "min", "max", "bool"})
+_NUMBER_METHODS = frozenset({"item", "size", "dim", "numel", "ndimension", "nelement"})
+_ZERO_DIM_CASTS = frozenset({"detach", "double", "float", "half", "bfloat16", "clone"})
+# Names of objects holding a run's settings: their attributes are Python values.
+_SETTINGS = frozenset({"config", "cfg", "conf", "hparams", "args", "opts", "options", "settings"})
+
+
+def number_evidence(ctx: SiteContext, expr: cst.BaseExpression, scope: cst.CSTNode, _depth: int = 0) -> bool:
+    """Whether ``expr`` is shown to be a Python number or a 0-dim tensor: a literal,
+    a size, a `.item()`, a full reduction, a setting (`self.config.eps`), a
+    parameter annotated or defaulting to a number, an attribute every method of the
+    class sets to such a value, or a name bound once to one of these. A bare name
+    with nothing behind it may be a tensor of any shape and dtype."""
+    if _depth > 4:
+        return False
+    again = functools.partial(number_evidence, ctx, scope=scope, _depth=_depth + 1)
+    if isinstance(expr, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
+        return again(expr.expression)
+    if isinstance(expr, cst.BinaryOperation) and not isinstance(expr.operator, cst.MatrixMultiply):
+        return again(expr.left) and again(expr.right)
+    if isinstance(expr, cst.Subscript):  # x.shape[i]
+        return isinstance(expr.value, cst.Attribute) and expr.value.attr.value == "shape"
+    if isinstance(expr, cst.Name):
+        return _name_is_number(ctx, expr.value, scope, _depth)
+    if isinstance(expr, cst.Attribute):
+        return _attribute_is_number(ctx, expr, scope, _depth)
+    if isinstance(expr, cst.Call):
+        recv, name = called(expr)
+        if recv is None:
+            return name in _NUMBER_BUILTINS and all(again(a.value) or name in ("float", "int", "len", "bool") for a in expr.args)
+        if name_of(recv) == "math" or name in _NUMBER_METHODS:
+            return True
+        from gbfix.recipes.vocabulary import FULL_REDUCTIONS
+
+        if name in FULL_REDUCTIONS and not expr.args and not is_torch_call(expr):
+            return True  # a 0-dim tensor
+        return name in _ZERO_DIM_CASTS and not expr.args and isinstance(recv, cst.Call) and again(recv)
+    return False
+
+
+def _name_is_number(ctx: SiteContext, name: str, scope: cst.CSTNode, depth: int) -> bool:
+    if isinstance(scope, cst.FunctionDef):
+        p = scope.params
+        for param in [*p.posonly_params, *p.params, *p.kwonly_params]:
+            if param.name.value == name:
+                ann = param.annotation.annotation if param.annotation else None
+                if ann is not None:
+                    return name_of(ann) in ("int", "float")
+                return param.default is not None and isinstance(_unsigned(param.default), (cst.Integer, cst.Float))
+        for n in walk(scope.body):  # `for i in range(n)`
+            if isinstance(n, cst.For) and name_of(n.target) == name and isinstance(n.iter, cst.Call):
+                if called(n.iter) == (None, "range") and not any(
+                    name in target_names(a.targets[0].target) for a in walk(scope.body) if isinstance(a, cst.Assign)
+                ):
+                    return True
+    value = single_binding(scope, name)
+    return value is not None and number_evidence(ctx, value, scope, depth + 1)
+
+
+def _unsigned(expr: cst.BaseExpression) -> cst.BaseExpression:
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
+        return expr.expression
+    return expr
+
+
+def _attribute_is_number(ctx: SiteContext, expr: cst.Attribute, scope: cst.CSTNode, depth: int) -> bool:
+    chain: list[str] = []
+    node: cst.BaseExpression = expr
+    while isinstance(node, cst.Attribute):
+        chain.append(node.attr.value)
+        node = node.value
+    root = name_of(node)
+    if root == "math" or any(part in _SETTINGS for part in chain[1:]) or (root in _SETTINGS and len(chain) == 1):
+        return True
+    if isinstance(node, cst.Call) and name_of(getattr(node.func, "attr", None) or node.func) in ("finfo", "iinfo"):
+        return True  # torch.finfo(dtype).min
+    if root != "self" or len(chain) != 1 or not isinstance(scope, cst.FunctionDef):
+        return False
+    return _self_attribute_is_number(ctx, scope, chain[0], depth)
+
+
+def _self_attribute_is_number(ctx: SiteContext, method: cst.FunctionDef, attr: str, depth: int) -> bool:
+    """Every `self.<attr> = value` in the class of ``method`` sets a number (judged in its method)."""
+    cls = ctx.enclosing(cst.ClassDef, node=method)
+    if cls is None:
+        return False
+    found = False
+    for fn in (n for n in walk(cls.body) if isinstance(n, cst.FunctionDef)):
+        for n in walk(fn.body):
+            if isinstance(n, (cst.AugAssign, cst.AnnAssign)) and _is_self_attr(n.target, attr):
+                return False
+            if isinstance(n, cst.Assign) and any(_is_self_attr(t.target, attr) for t in n.targets):
+                if len(n.targets) != 1 or not number_evidence(ctx, n.value, fn, depth + 1):
+                    return False
+                found = True
+    return found
+
+
+def _is_self_attr(target: cst.BaseExpression, attr: str) -> bool:
+    return isinstance(target, cst.Attribute) and name_of(target.value) == "self" and target.attr.value == attr
+
+
 # ---------------------------------------------------------------- values only read
 
 

@@ -17,13 +17,14 @@ dtypes it cannot see are left to the verifier, which compares outputs.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence, Set
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, replace
 from typing import cast
 
 import libcst as cst
 import libcst.matchers as m
 
+from gbfix.generated import piece
 from gbfix.recipes.analysis import (
     COMPARISONS,
     bound_before,
@@ -31,11 +32,13 @@ from gbfix.recipes.analysis import (
     is_torch_call,
     mutated,
     name_of,
+    number_evidence,
     pure,
     pure_call,
     root_name,
     scope_of,
     single_binding,
+    taken,
     target_names,
     tensor_evidence,
 )
@@ -43,6 +46,7 @@ from gbfix.recipes.base import Decline, Recipe, Replacement, SiteContext
 from gbfix.recipes.tree import (
     contains,
     nodes,
+    param_names,
     variable_names,
     variables,
     walk,
@@ -514,18 +518,24 @@ class BranchToCheck(BranchRecipe):
 # ---------------------------------------------------------------- if cond: x = a / a if cond else b
 
 
-def _scalar(expr: cst.BaseExpression) -> bool:
-    """A number or a 0-dim value: broadcasts against x without changing its shape."""
-    if isinstance(expr, (cst.Integer, cst.Float, cst.Name, cst.Attribute)):
+Evidence = Callable[[cst.BaseExpression], bool]
+
+
+def _scalar(expr: cst.BaseExpression, evidence: Evidence | None = None) -> bool:
+    """A number or a 0-dim value: broadcasts against x without changing its shape.
+    A name or attribute counts as one when ``evidence`` shows it (None: taken on trust)."""
+    if isinstance(expr, (cst.Integer, cst.Float)):
         return True
+    if isinstance(expr, (cst.Name, cst.Attribute)):
+        return evidence is None or evidence(expr)
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
-        return _scalar(expr.expression)
+        return _scalar(expr.expression, evidence)
     if isinstance(expr, cst.BinaryOperation):
-        return _scalar(expr.left) and _scalar(expr.right) and _safe_operator(expr)
+        return _scalar(expr.left, evidence) and _scalar(expr.right, evidence) and _safe_operator(expr)
     if isinstance(expr, cst.Call):
         recv, name = called(expr)
         if name == "detach" and recv is not None and not expr.args:  # what item-to-tensor writes for `t.item()`
-            return _scalar(recv)
+            return _scalar(recv, evidence)
         return recv is not None and name in FULL_REDUCTIONS and not expr.args
     return False
 
@@ -555,47 +565,48 @@ def _safe_operator(expr: cst.BinaryOperation) -> bool:
     return False
 
 
-def _args_ok(rest: Sequence[cst.Arg], keywords: tuple[str, ...]) -> bool:
+def _args_ok(rest: Sequence[cst.Arg], keywords: tuple[str, ...], evidence: Evidence | None = None) -> bool:
     return all(
-        _scalar(a.value) and not a.star and (a.keyword is None or a.keyword.value in keywords) for a in rest
+        _scalar(a.value, evidence) and not a.star and (a.keyword is None or a.keyword.value in keywords) for a in rest
     )
 
 
-def _like(expr: cst.BaseExpression) -> set[str]:
+def _like(expr: cst.BaseExpression, evidence: Evidence | None = None) -> set[str]:
     """The names x such that ``expr`` has x's shape and dtype when x is a tensor
-    and the other names are scalars (an elementwise function of x and scalars)."""
+    and the other names are scalars (an elementwise function of x and scalars);
+    with ``evidence``, only where the other names are shown to be scalars."""
     if isinstance(expr, cst.Name):
         return set() if expr.value in ("True", "False", "None") else {expr.value}
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
-        return _like(expr.expression)
+        return _like(expr.expression, evidence)
     if isinstance(expr, cst.BinaryOperation) and _safe_operator(expr):
-        left, right = _like(expr.left), _like(expr.right)
+        left, right = _like(expr.left, evidence), _like(expr.right, evidence)
         out = left & right
-        if _scalar(expr.right):
+        if _scalar(expr.right, evidence):
             out |= left
-        if _scalar(expr.left) and not isinstance(expr.operator, (cst.Divide, cst.Power)):
+        if _scalar(expr.left, evidence) and not isinstance(expr.operator, (cst.Divide, cst.Power)):
             out |= right
         return out
     if isinstance(expr, cst.Call):
         recv, name = called(expr)
-        if is_torch_call(expr):
-            if name == "where" and len(expr.args) == 3 and not any(a.keyword for a in expr.args):
+        if is_torch_call(expr) or name_of(expr.func) == WHERE.name:
+            if name in ("where", WHERE.name) and len(expr.args) == 3 and not any(a.keyword for a in expr.args):
                 # what this recipe writes: an `elif` chain folds into nested wheres
-                return _like(expr.args[1].value) & _like(expr.args[2].value)
+                return _like(expr.args[1].value, evidence) & _like(expr.args[2].value, evidence)
             if not expr.args or expr.args[0].keyword is not None:
                 return set()
             first, rest = expr.args[0].value, expr.args[1:]
-            if name in _LIKE and _args_ok(rest, _LIKE[name]) and isinstance(first, cst.Name):
+            if name in _LIKE and _args_ok(rest, _LIKE[name], evidence) and isinstance(first, cst.Name):
                 return {first.value}
-            if name in _ELEMENTWISE and _args_ok(rest, _ELEMENTWISE[name]):
-                return _like(first)
-        elif recv is not None and name in _ELEMENTWISE and _args_ok(expr.args, _ELEMENTWISE[name]):
-            return _like(recv)
-        elif recv is not None and name == "masked_fill" and len(expr.args) == 2 and _args_ok(expr.args[1:], ()):
+            if name in _ELEMENTWISE and _args_ok(rest, _ELEMENTWISE[name], evidence):
+                return _like(first, evidence)
+        elif recv is not None and name in _ELEMENTWISE and _args_ok(expr.args, _ELEMENTWISE[name], evidence):
+            return _like(recv, evidence)
+        elif recv is not None and name == "masked_fill" and len(expr.args) == 2 and _args_ok(expr.args[1:], (), evidence):
             # The mask must broadcast to the receiver, so the result has the
             # receiver's shape and dtype whatever the mask expression is.
             if expr.args[0].keyword is None and not expr.args[0].star:
-                return _like(recv)
+                return _like(recv, evidence)
     return set()
 
 
@@ -621,29 +632,69 @@ def _where_why(
     a: cst.BaseExpression,
     b: cst.BaseExpression,
     temps: Set[str] = frozenset(),
-    proven: bool = True,
-) -> str | None:
-    """Why `torch.where(cond, a, b)` may not stand for the branch, or None. Both arms
-    are evaluated, broadcast and promoted: they must be pure, bound (before ``at``, or
-    as ``temps`` of the arm), and of one tensor's shape and dtype (``proven``; else
-    only free of singular gradients)."""
+    in_place: bool = False,
+) -> tuple[str | None, str]:
+    """Why a select between ``a`` and ``b`` may not stand for the branch (or None), and
+    the function that selects: `torch.where` when the arms are shown to be of one
+    tensor's shape and dtype, else the checked ``gbfix_where``, which
+    selects in the graph only when the shapes, dtypes and devices it sees while
+    tracing agree (and runs the branch as written otherwise). Both arms are
+    evaluated: they must be pure, bound (before ``at``, or as ``temps`` of the arm),
+    and free of singular gradients unless proven of one shape. ``in_place``: an
+    augmented assignment elsewhere does not count as an update in place."""
     if not (pure(a) and pure(b)):
-        return "an arm calls something that may have effects or draw random numbers: torch.where runs both arms"
+        return "an arm calls something that may have effects or draw random numbers: torch.where runs both arms", ""
     scope = scope_of(ctx, at)
-    if proven and not (_same_constructor(a, b) or any(tensor_evidence(root, scope) for root in _like(a) & _like(b))):
+
+    def shown(e: cst.BaseExpression) -> bool:
+        return number_evidence(ctx, e, scope)
+
+    func = WHERE.name
+    if (_same_constructor(a, b) or any(tensor_evidence(root, scope) for root in _like(a, shown) & _like(b, shown))):
+        func = "torch.where"
+    elif not (_grad_safe(a) and _grad_safe(b)):
         return (
-            f"`{ctx.code(a)}` and `{ctx.code(b)}` are not shown to be one tensor's shape and dtype"
-            " (torch.where would broadcast and promote them)"
-        )
-    if not proven and not (_grad_safe(a) and _grad_safe(b) and (_tensor_arm(a, scope) or _tensor_arm(b, scope))):
-        return "an arm has a singular gradient or no sign of a tensor"
+            f"`{ctx.code(a)}` and `{ctx.code(b)}` are not shown to be one tensor's shape and dtype, and an arm has a"
+            " singular derivative: its zero gradient on the unselected side would turn into NaN"
+        ), ""
+    elif not (_tensor_arm(a, scope) or _tensor_arm(b, scope)) or any(_python_number(ctx, e, scope) for e in (a, b)):
+        # gbfix_where would only run the branch as written: no edit worth a trial
+        return f"`{ctx.code(a)}` or `{ctx.code(b)}` shows no sign of a tensor (a Python number stays one)", ""
     unbound = sorted(n for n in variable_names(a) | variable_names(b) if n not in temps and not bound_before(ctx, n, at))
     if unbound:
-        return f"`{unbound[0]}` is not bound on both paths before the `if`"
-    updated = [n for n in (name_of(a), name_of(b)) if n and mutated(scope, n, augmented=proven)]
+        return f"`{unbound[0]}` is not bound on both paths before the `if`", ""
+    updated = [n for n in (name_of(a), name_of(b)) if n and mutated(scope, n, augmented=not in_place)]
     if updated:
-        return f"`{updated[0]}` is updated in place: torch.where makes a new tensor"
-    return None
+        return f"`{updated[0]}` is updated in place: torch.where makes a new tensor", ""
+    return None, func
+
+
+WHERE = piece("gbfix_where", '''\
+def gbfix_where(cond, a, b):
+    # Added by gbfix: `a if cond else b` without a Python test on a tensor. While
+    # tracing, when cond holds one element and a and b are tensors of one shape,
+    # dtype, device and gradient need, torch.where picks in the graph; otherwise
+    # (torch.where would broadcast or promote) the branch runs as written.
+    if (
+        isinstance(cond, torch.Tensor) and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+        and cond.numel() == 1 and a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
+        and a.requires_grad == b.requires_grad
+    ):
+        return torch.where(cond.reshape(()).bool(), a, b)
+    return a if cond else b
+''')
+
+
+def _python_number(ctx: SiteContext, expr: cst.BaseExpression, scope: cst.CSTNode) -> bool:
+    """A number literal, or a local name first bound to one (what an `if` that does not
+    rebind it keeps, unless something between rebinds it: only a hint, to spare a trial)."""
+    if isinstance(expr, (cst.Integer, cst.Float)):
+        return True
+    name = name_of(expr)
+    if name is None or not isinstance(scope, cst.FunctionDef) or name in param_names(scope):
+        return False
+    values = [a.value for a in nodes(scope, cst.Assign) if any(name_of(t.target) == name for t in a.targets)]
+    return bool(values) and isinstance(values[0], (cst.Integer, cst.Float))
 
 
 # Calls whose derivative is finite everywhere: on torch.where's unselected arm a zero
@@ -689,7 +740,7 @@ def _assigned(suite: cst.BaseSuite, target: str) -> cst.BaseExpression | None:
     return small.value
 
 
-def _else_value(ctx: SiteContext, if_node: cst.If, target: str) -> cst.BaseExpression | None:
+def _else_value(ctx: SiteContext, if_node: cst.If, target: str, func: str = "torch.where") -> cst.BaseExpression | None:
     """What ``target`` holds when the `if` test is false: its `else` value, the
     value the `elif` chain picks (as nested `torch.where`), or ``target`` itself."""
     orelse = if_node.orelse
@@ -699,11 +750,11 @@ def _else_value(ctx: SiteContext, if_node: cst.If, target: str) -> cst.BaseExpre
         return _assigned(orelse.body, target)
     # An `elif` test now runs whenever the `if` test is false: it must be pure and
     # visibly a tensor (the break says nothing about it).
-    value, rest = _assigned(orelse.body, target), _else_value(ctx, orelse, target)
+    value, rest = _assigned(orelse.body, target), _else_value(ctx, orelse, target, func)
     cond = tensor_cond(orelse.test, False) if pure(orelse.test) else None
     if value is None or rest is None or cond is None:
         return None
-    return make_call("torch.where", cond, value, rest)
+    return make_call(func, cond, value, rest)
 
 
 _AUGMENTED: dict[type, type[cst.Add | cst.Subtract | cst.Multiply]] = {
@@ -754,7 +805,7 @@ class BranchToWhere(BranchRecipe):
 
     name = "branch-to-where"
     summary = "replace a data-dependent `if` that picks a tensor by torch.where"
-    proven = True  # the arms are shown to have one shape and dtype
+    in_place = False  # `x += v` is an update in place, not an assignment
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
         found = site_branch(ctx)
@@ -763,10 +814,10 @@ class BranchToWhere(BranchRecipe):
         node, test = found
         if isinstance(node, cst.IfExp):
             a, b = node.body, node.orelse
-            why = _where_why(ctx, node, a, b, proven=self.proven)
+            why, func = _where_why(ctx, node, a, b, in_place=self.in_place)
             if why:
                 raise Decline(why)
-            where: cst.BaseExpression = make_call("torch.where", test.tensor, a, b)
+            where: cst.BaseExpression = make_call(func, test.tensor, a, b)
             if test.prefix is not None:  # `a if P and c else b` -> `where(c, a, b) if P else b`
                 where = cst.IfExp(test=test.prefix, body=where, orelse=b) if test.kind == "and" else cst.IfExp(
                     test=test.prefix, body=a, orelse=where
@@ -781,7 +832,7 @@ class BranchToWhere(BranchRecipe):
         if effect is not None:
             # said, since it is what blocks the fix (in a loop it even hides the call's own break)
             raise Decline(f"the `if` body calls `{ctx.code(effect)}`, which may have effects: torch.where runs both arms")
-        assigns = _name_assigns(node.body, augmented=not self.proven)
+        assigns = _name_assigns(node.body, augmented=self.in_place)
         if assigns is None:
             return None
         if node.orelse is not None:
@@ -790,24 +841,35 @@ class BranchToWhere(BranchRecipe):
             (assign,) = assigns
             target = assign.targets[0].target.value
             other = _else_value(ctx, node, target)
-            if other is None or mutated(scope_of(ctx, node), target, augmented=self.proven):
+            if other is None or mutated(scope_of(ctx, node), target, augmented=not self.in_place):
                 return None
-            why = _where_why(ctx, node, assign.value, other, proven=self.proven)
+            why, func = _where_why(ctx, node, assign.value, other, in_place=self.in_place)
             if why:
                 raise Decline(why)
+            if func != "torch.where":  # the `elif` chain's selects are checked too
+                other = _else_value(ctx, node, target, func)
             smalls: list[cst.BaseSmallStatement] | None = [
-                assign.with_changes(value=make_call("torch.where", test.tensor, assign.value, other))
+                assign.with_changes(value=make_call(func, test.tensor, assign.value, other))
             ]
         else:
-            smalls = _where_steps(ctx, node, test, assigns, self.proven)
+            smalls = _where_steps(ctx, node, test, assigns, self.in_place)
             if smalls is None:
                 return None
         self._plan = _replace_if(ctx, node, test, smalls)
         return node
 
+    def rewrite(self, node: cst.CSTNode) -> Replacement | None:
+        plan = super().rewrite(node)
+        made = plan.nodes if isinstance(plan, cst.FlattenSentinel) else [plan] if isinstance(plan, cst.CSTNode) else []
+        if any(name_of(n.func) == WHERE.name for m in made for n in nodes(m, cst.Call)):
+            if taken(self.ctx, WHERE.name):
+                raise Decline(f"the module binds {WHERE.name} to something else")
+            self.need_helper(WHERE.name, WHERE.code)
+        return plan
+
 
 def _where_steps(
-    ctx: SiteContext, node: cst.If, test: SplitTest, assigns: list[cst.Assign], proven: bool
+    ctx: SiteContext, node: cst.If, test: SplitTest, assigns: list[cst.Assign], in_place: bool
 ) -> list[cst.BaseSmallStatement] | None:
     """The arm `if c: <assigns>` (no else) as straight-line statements."""
     scope = scope_of(ctx, node)
@@ -834,26 +896,24 @@ def _where_steps(
             temps.add(target)
             steps.append(a)
         else:
-            why = _where_why(ctx, node, value, cst.Name(target), temps, proven)
-            if why or mutated(scope, target, augmented=proven):
+            why, func = _where_why(ctx, node, value, cst.Name(target), temps, in_place)
+            if why or mutated(scope, target, augmented=not in_place):
                 raise Decline(why or f"`{target}` is updated in place: torch.where makes a new tensor")
-            steps.append(a.with_changes(value=make_call("torch.where", cond, value, cst.Name(target))))
+            steps.append(a.with_changes(value=make_call(func, cond, value, cst.Name(target))))
     return steps if len(steps) > len(temps) else None
 
 
 class BranchToWhereUnchecked(BranchToWhere):
-    """branch-to-where where the arms' shapes and dtypes are not shown to agree
-    (`out = out + x * sel.unsqueeze(-1).to(x.dtype) * p`, a MoE accumulation), and
-    for `out += v` (as `out = out + v`: the in-place update of out's object becomes
-    a new tensor, which only matters to another name for that object)."""
+    """branch-to-where for `out += v` (as `out = out + v`, `out = gbfix_where(c, out + v, out)`):
+    a MoE accumulation `out += x * sel.unsqueeze(-1).to(x.dtype) * p`."""
 
-    name = "branch-to-where-broadcast"
-    # torch.where broadcasts and promotes: an arm of another shape or dtype would
-    # change the kept value when the test is false. The verifier compares outputs,
-    # but only on the inputs the program runs.
+    name = "branch-to-where-inplace"
+    # The in-place update of out's object becomes a new tensor: another name for
+    # that object (a caller's, a list's) no longer sees the update. Nothing in
+    # the source shows there is none.
     safety = "unsafe"
-    summary = "branch-to-where for arms whose shape and dtype are not shown to agree (torch.where broadcasts and promotes them)"
-    proven = False
+    summary = "branch-to-where for `x += v` (as `x = x + v`): the update makes a new tensor instead of changing x's in place"
+    in_place = True
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
         try:

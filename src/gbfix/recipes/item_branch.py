@@ -107,11 +107,11 @@ class ItemThenWhere(ItemToTensor):
         rw = recipe.propose(inner)
         if rw is None:
             raise Decline(f"branch-to-where declines the `if` at line {start[0]}: {recipe.declined or 'no rewrite'}")
-        if rw.helpers:
-            raise Decline("branch-to-where would add helpers")
         for module_name, imported in rw.imports:
             self.need_import(module_name, imported)
-        edit = replace(rw, imports=()).edit(0, site, BranchToWhere, parsed)
+        for name, code in rw.helpers:  # the checked select: added once, with this edit
+            self.need_helper(name, code)
+        edit = replace(rw, imports=(), helpers=()).edit(0, site, BranchToWhere, parsed)
         return cst.parse_module(edits.apply(parsed, [edit]))
 
 
