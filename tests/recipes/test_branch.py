@@ -483,6 +483,39 @@ CHECKED_CASES = {
             return x
         """,
     ),
+    "a mean over the rows a mask keeps: the divisor is selected, not the quotient": (
+        """
+        def f(loss, mask):
+            n = mask.sum()
+            if n > 0:
+                loss = loss / n
+            return loss
+        """,
+        "n > 0",
+        """
+        def f(loss, mask):
+            n = mask.sum()
+            pred = n > 0
+            loss = gbfix_where(pred, loss / torch.where(pred, n, 1), loss)
+            return loss
+        """,
+    ),
+    "a division under a Python name test keeps its name": (
+        """
+        def f(x, flag):
+            big = x.abs().max() > 1
+            if big:
+                x = x / x.abs().max()
+            return x
+        """,
+        "if big",
+        """
+        def f(x, flag):
+            big = x.abs().max() > 1
+            x = gbfix_where(big, x / torch.where(big, x.abs().max(), 1), x)
+            return x
+        """,
+    ),
     "a conditional expression with a projection": (
         "def f(h, w):\n    return h @ w if h.abs().amax() > 1 else h\n",
         "h.abs().amax() > 1",
@@ -1976,3 +2009,44 @@ def test_gbfix_where_gives_what_the_branch_gives_compiled_and_not():
             and a.shape == b.shape and a.dtype == b.dtype and a.requires_grad == b.requires_grad
         )
         assert bool(counters["graph_break"]) == (isinstance(cond, torch.Tensor) and not selects), (cond, a, b)
+
+
+def test_a_selected_divisor_keeps_values_and_gradients_where_the_divisor_is_zero():
+    """`if n > 0: loss = loss / n` against its rewrite, with n zero and not, eagerly and
+    compiled with fullgraph=True: the same loss, and the same finite gradient (torch.where
+    over the quotient would give NaN: its unselected arm divides by zero)."""
+    torch = pytest.importorskip("torch")
+    from tests.helpers import generated_function
+
+    pick = generated_function(WHERE)
+
+    def original(w, x, mask):
+        loss = (x @ w * mask).sum()
+        n = mask.sum()
+        if n > 0:
+            loss = loss / n
+        return loss
+
+    def rewritten(w, x, mask):
+        loss = (x @ w * mask).sum()
+        n = mask.sum()
+        pred = n > 0
+        loss = pick(pred, loss / torch.where(pred, n, 1), loss)
+        return loss
+
+    def naive(w, x, mask):
+        loss = (x @ w * mask).sum()
+        n = mask.sum()
+        return torch.where(n > 0, loss / n, loss)
+
+    x = torch.randn(5, 3)
+    for mask in (torch.tensor([1.0, 0, 1, 1, 0]), torch.zeros(5)):
+        results = []
+        for fn in (original, rewritten, torch.compile(rewritten, backend="eager", fullgraph=True), naive):
+            w = torch.ones(3, requires_grad=True)
+            loss = fn(w, x, mask)
+            loss.backward()
+            results.append((loss.item(), w.grad.tolist()))
+        assert results[0] == results[1] == results[2], mask
+        if not mask.any():
+            assert any(g != g for g in results[3][1])  # what the select of the quotient would have given: NaN

@@ -128,17 +128,6 @@ DECLINES = {
         """,
         "x.abs().max().item()",
     ),
-    "a division by the value: a singular gradient on the arm torch.where drops": (
-        """
-        def f(h, w):
-            x = h @ w
-            peak = x.abs().max().item()
-            if peak > 3.0:
-                x = x / peak
-            return x
-        """,
-        "x.abs().max().item()",
-    ),
     "an integer count": (
         """
         def f(h, w):
@@ -166,3 +155,32 @@ DECLINES = {
 def test_item_then_where_declines(case):
     before, needle = DECLINES[case]
     assert at(_src(before), needle, ItemThenWhere, "GB0124") is None
+
+
+def test_a_division_by_the_value_divides_by_one_where_the_test_is_false():
+    """`x / peak` on the arm torch.where drops would divide by whatever peak holds there
+    (a zero gradient times 1/0 is NaN): the divisor is selected instead, and the select
+    is the checked one (an integer x divided by 1 would become a float)."""
+    import libcst as cst
+
+    from gbfix.recipes.branch import WHERE
+    from gbfix.recipes.layout import add_helpers
+
+    before = """
+        def f(h, w):
+            x = h @ w
+            peak = x.abs().max().item()
+            if peak > 3.0:
+                x = x / peak
+            return x
+        """
+    after = """
+        def f(h, w):
+            x = h @ w
+            peak = x.abs().max().detach().double()
+            pred = peak > 3.0
+            x = gbfix_where(pred, x / torch.where(pred, peak, 1), x)
+            return x
+        """
+    expected = add_helpers(cst.parse_module(_src(after)), {WHERE.name: WHERE.code}).code
+    assert at(_src(before), "x.abs().max().item()", ItemThenWhere, "GB0124") == expected

@@ -715,9 +715,18 @@ def _tensor_arm(expr: cst.BaseExpression, scope: cst.CSTNode) -> bool:
         if tensor_evidence(name, scope):
             return True
         bound = [a.value for a in nodes(scope, cst.Assign) if any(name_of(t.target) == name for t in a.targets)]
-        if any(isinstance(v, cst.Call) and is_torch_call(v) for v in bound):
+        if any(isinstance(v, cst.Call) and (is_torch_call(v) or _method_of_tensor(v, scope)) for v in bound):
             return True
     return False
+
+
+def _method_of_tensor(call: cst.Call, scope: cst.CSTNode) -> bool:
+    """`m.sum()`, `x.float()`: a method of something the scope uses as a tensor, of the
+    kinds that return one (a reduction, an elementwise map, a cast, a view)."""
+    recv, name = called(call)
+    root = root_name(recv) if recv is not None else None
+    kinds = FULL_REDUCTIONS | _ELEMENTWISE.keys() | CASTS | SHAPE_VIEWS
+    return root is not None and name in kinds and tensor_evidence(root, scope)
 
 
 def _grad_safe(expr: cst.BaseExpression) -> bool:
@@ -878,7 +887,8 @@ def _where_steps(
     guarded = [a for a in assigns if bound_before(ctx, a.targets[0].target.value, node)]
     cond = test.tensor
     steps: list[cst.BaseSmallStatement] = []
-    if len(guarded) > 1:
+    divided = any(_divisor(a.targets[0].target.value, a.value) is not None for a in guarded)
+    if len(guarded) > 1 or (divided and not isinstance(cond, cst.Name)):
         # One test for every `torch.where`, read before the arm changes what it reads.
         pred = fresh(scope, "pred", set())
         steps.append(cst.Assign(targets=[cst.AssignTarget(cst.Name(pred))], value=_bare(cond)))
@@ -895,12 +905,32 @@ def _where_steps(
                 return None
             temps.add(target)
             steps.append(a)
+        elif (d := _divisor(target, value)) is not None:
+            # `x = x / d`: x / torch.where(c, d, 1) is x / d where c holds and x itself where it
+            # does not, and no division by what d holds there (its zero gradient times 1/0
+            # would be NaN). `x * d` stands in for the checks; int x / 1 is a float, so the
+            # select is always the checked one.
+            why, _ = _where_why(ctx, node, cst.BinaryOperation(cst.Name(target), cst.Multiply(), d), cst.Name(target), temps, in_place)
+            if why or mutated(scope, target, augmented=not in_place):
+                raise Decline(why or f"`{target}` is updated in place: torch.where makes a new tensor")
+            kept = cst.BinaryOperation(cst.Name(target), cst.Divide(), make_call("torch.where", cond, _bare(d), cst.Integer("1")))
+            steps.append(a.with_changes(value=make_call(WHERE.name, cond, kept, cst.Name(target))))
         else:
             why, func = _where_why(ctx, node, value, cst.Name(target), temps, in_place)
             if why or mutated(scope, target, augmented=not in_place):
                 raise Decline(why or f"`{target}` is updated in place: torch.where makes a new tensor")
             steps.append(a.with_changes(value=make_call(func, cond, value, cst.Name(target))))
     return steps if len(steps) > len(temps) else None
+
+
+def _divisor(target: str, value: cst.BaseExpression) -> cst.BaseExpression | None:
+    """``d`` when ``value`` is `target / d` with a divisor that may be zero (not a literal, not `+ eps`)."""
+    if (
+        isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Divide)
+        and name_of(value.left) == target and not _safe_divisor(value.right)
+    ):
+        return value.right
+    return None
 
 
 class BranchToWhereUnchecked(BranchToWhere):
