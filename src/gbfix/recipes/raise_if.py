@@ -233,6 +233,7 @@ class RaiseRecipe(Recipe):
         if found is None:
             return None
         node, args = found
+        _not_guarded(ctx, node)
         Message.check(ctx, args)
         if not helper_available(ctx, self.helper):
             return None
@@ -258,6 +259,22 @@ class RaiseRecipe(Recipe):
         """`gbfix_raise_if(cond, exc, *message)`."""
         bare = cond.with_changes(lpar=[], rpar=[]) if getattr(cond, "lpar", None) else cond
         return cst.Expr(cst.Call(func=cst.Name(self.helper), args=[cst.Arg(bare), cst.Arg(exc), *message]))
+
+
+def _not_guarded(ctx: SiteContext, node: cst.CSTNode) -> None:
+    """``Decline`` a check inside a `try` or `with` block of its function: an exception of
+    the op leaves the compiled graph without the handler, `finally` or exit (a grad mode
+    put back) that the original ran. (In a caller, the helper sees it while Dynamo traces
+    and keeps the break there: see ``op_helpers.RAISE``.)"""
+    for anc in ctx.ancestors(node):
+        if isinstance(anc, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            return
+        if isinstance(anc, (cst.Try, cst.TryStar, cst.With)):
+            what = "with" if isinstance(anc, cst.With) else "try"
+            raise Decline(
+                f"the check is inside a `{what}` block: an exception the op raises in the graph would"
+                " skip the handler or exit the original ran"
+            )
 
 
 def _nodes(plan: Replacement) -> list[cst.CSTNode]:
@@ -356,11 +373,20 @@ class AssertToRaiseIf(RaiseRecipe):
             first = node.with_changes(body=[stmt.with_changes(test=test.prefix)], trailing_whitespace=cst.TrailingWhitespace())
             return cst.FlattenSentinel([first, _debug_block(ctx, node, call).with_changes(leading_lines=[])])
         # `assert P or c` fails only where P does not hold
-        prefix = test.prefix
-        if isinstance(prefix, cst.BooleanOperation) and not prefix.lpar:
-            prefix = prefix.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-        guard = cst.BooleanOperation(cst.Name("__debug__"), cst.And(), cst.UnaryOperation(cst.Not(), prefix))
+        guard = cst.BooleanOperation(cst.Name("__debug__"), cst.And(), _not(test.prefix))
         return _debug_block(ctx, node, call, guard)
+
+
+def _not(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """`not expr`: `a is not b` for `a is b` (and back), else `not (expr)`."""
+    if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1 and not expr.lpar:
+        (target,) = expr.comparisons
+        flipped = {cst.Is: cst.IsNot, cst.IsNot: cst.Is}.get(type(target.operator))
+        if flipped is not None:
+            return expr.with_changes(comparisons=[target.with_changes(operator=flipped())])
+    if isinstance(expr, (cst.BooleanOperation, cst.Comparison)) and not expr.lpar:
+        expr = expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return cst.UnaryOperation(cst.Not(), expr)
 
 
 class AssertItemToRaiseIf(RaiseRecipe):
