@@ -1,8 +1,9 @@
-"""The run-time code of print-to-op, warn-to-op and logger-to-op, as gbfix writes it.
+"""The run-time code of print-to-op, warn-to-op, logger-to-op and raise-if, as gbfix writes it.
 
 Each helper runs while Dynamo traces the call that replaced ``print``,
-``warnings.warn`` or a logger call, and hands what is to be printed to an op of
-the helpers' module, which prints it at run time. The op writes to a 0-element
+``warnings.warn``, a logger call or a check that raises, and hands what is to be
+printed (or tested and raised) to an op of the helpers' module, which does it at
+run time. The op writes to a 0-element
 tensor, the sink: that write keeps it in the graph (an op with no output is dead
 code to inductor) and in order with the graph's other ops, also with
 ``fullgraph=True`` and in training; unlike an effectful op (``with_effects``) it
