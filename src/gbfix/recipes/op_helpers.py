@@ -34,12 +34,12 @@ _gbfix_sink = torch.empty(0)
 _gbfix_pinned = torch.ops.gbfix.__dict__.setdefault(f"_pinned_{_gbfix_tag}", [])
 
 
-def _gbfix_op(name, schema, body):
+def _gbfix_op(name, schema, body, tags=()):
     # Defined once per process; the body is kept out of Dynamo, which would
     # otherwise compile it as a frame of its own when called from a skipped frame.
     qualname = f"{name}_{_gbfix_tag}"
     if not hasattr(torch.ops.gbfix, qualname):
-        _gbfix_lib.define(f"{qualname}({schema}, Tensor(a!) sink) -> ()")
+        _gbfix_lib.define(f"{qualname}({schema}, Tensor(a!) sink) -> ()", tags=tags)
         _gbfix_lib.impl(qualname, torch.compiler.disable(body), "CompositeExplicitAutograd")
         torch.library.register_fake(f"gbfix::{qualname}", lambda *args: None, lib=_gbfix_lib)
     return getattr(torch.ops.gbfix, qualname)
@@ -206,7 +206,8 @@ def _gbfix_raise_body(exc, cond, args, sink):
         raise _gbfix_pinned[exc](*args)
 
 
-_gbfix_raise_op = _gbfix_op("raise_if", "int exc, Tensor cond, str[] args", _gbfix_raise_body)
+# cudagraph_unsafe: a CUDA graph would replay the graph's kernels without the op's test
+_gbfix_raise_op = _gbfix_op("raise_if", "int exc, Tensor cond, str[] args", _gbfix_raise_body, (torch.Tag.cudagraph_unsafe,))
 
 
 def _gbfix_raise_class(ctx):

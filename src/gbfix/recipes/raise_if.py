@@ -19,7 +19,11 @@ check raises the same class with the same arguments on every backend (eager,
 aot_eager, inductor; ``fullgraph=True`` or not), with the traceback's last frames in
 the helper. The op writes the sink the print/warn/log ops write, so their reports
 before the check come out before it, and those after it do not when it raises (the
-tests run both on inductor). The test runs once, where it ran, and only the tensor
+tests run both on inductor). The op is tagged ``cudagraph_unsafe``: a CUDA graph
+(``mode="reduce-overhead"``) would replay the kernels around it without its test.
+A check in a `try` or `with` block is declined in its own function; in a caller's,
+the helper sees the block while Dynamo traces and breaks there, as the original did
+(an exception from inside the graph would skip the handler or the exit). The test runs once, where it ran, and only the tensor
 part of it: a Python part (`self.training`, `m is not None`) stays an `if` around
 the call (``branch.site_branch``, the split every branch recipe uses); an `or` of two
 tensor tests is evaluated whole (``torch.logical_or``), so both sides must be pure.
