@@ -19,6 +19,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import libcst as cst
 import pytest
 
 from gbfix.recipes import all_recipes, candidates
@@ -825,3 +826,56 @@ def test_a_check_in_a_callers_try_or_with_keeps_its_break(tmp_path, backend):
     assert all(g.returncode == 0 for g in got), [g.stderr[-2000:] for g in got]
     assert got[0].stdout == "returned [0.0, 0.0]\ngrad enabled True\nraised NaN\ngrad enabled True\n"
     assert got[1].stdout == got[0].stdout
+
+
+# ---------------------------------------------------------------- the loop counters a message may read
+
+COUNTERS = {
+    "for t in range(n)": True,
+    "for t in reversed(range(n))": True,
+    "for t, x in enumerate(xs)": True,
+    "for x, t in enumerate(xs)": False,  # the item, not the index
+    "for t in xs": False,
+    "for t in sorted(range(n))": False,
+}
+
+
+@pytest.mark.parametrize("loop", COUNTERS)
+def test_range_counter(loop):
+    from gbfix.recipes.analysis import range_counter
+
+    source = body(
+        f"""
+        def f(n, xs):
+            {loop}:
+                print(f"step {{t}}")
+        """
+    )
+    ctx = site_context(source, 5, 8, 26, "GB0059")
+    name = next(n for n in (ctx.node, *ctx.ancestors()) if isinstance(n, cst.Call))
+    field = name.args[0].value.parts[1].expression
+    assert field.value == "t" and range_counter(ctx, field) is COUNTERS[loop]
+
+
+def test_range_counter_shadowed_or_rebound():
+    from gbfix.recipes.analysis import range_counter
+
+    for source in (
+        """
+        range = lambda n: [torch.ones(1)] * n
+        def f(n):
+            for t in range(n):
+                print(f"step {t}")
+        """,
+        """
+        def f(n, x):
+            for t in range(n):
+                t = x
+                print(f"step {t}")
+        """,
+    ):
+        text = body(source)
+        line = next(i for i, ln in enumerate(text.splitlines(), 1) if "print(" in ln)
+        ctx = site_context(text, line, 8, 26, "GB0059")
+        call = next(n for n in (ctx.node, *ctx.ancestors()) if isinstance(n, cst.Call))
+        assert range_counter(ctx, call.args[0].value.parts[1].expression) is False
