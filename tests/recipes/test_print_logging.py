@@ -275,7 +275,7 @@ def test_logging_op_helper():
     assert lines[at] == "# Ops named after this module (ops are process-wide), each writing to this"
     assert '_gbfix_lib = torch.library.Library("gbfix", "FRAGMENT")' in lines
     assert lines.index("_gbfix_sink = torch.empty(0)") < lines.index("def _gbfix_log_body(logger, method, kinds, texts, numbers, tensors, sink):")
-    assert lines.index("def _gbfix_op(name, schema, body):") < lines.index("def gbfix_log(logger, method, *args, template=False):")
+    assert lines.index("def _gbfix_op(name, schema, body, tags=()):") < lines.index("def gbfix_log(logger, method, *args, template=False):")
     # the op writes to the sink: that keeps it in inductor's graph, in order
     assert "        _gbfix_log_op(-1, method, of, texts, numbers, tensors, _gbfix_sink)" in lines
     assert "effects" not in out  # no private effect registration

@@ -21,6 +21,7 @@ _MODULES = (
     "scalar",
     "item_branch",  # a scalar read that an `if` tests: item-to-tensor and branch-to-where as one edit
     "numpy_scalar",  # numpy math on Python numbers: the math module's, so no tensor reaches a Python test
+    "raise_if",  # `if <tensor>: raise` / an assert on a tensor: an op raises the same exception; before the unsafe checks
     "guarded_index",  # `a[i] if i >= 0 else b` with a tensor index: torch.where over a clamped index
     "same_arms",  # `a if t else b` whose arms give the same Python number: the test is not asked
     "table_lookup",  # `a[i]` at an index Dynamo holds as a tensor: a gather while tracing

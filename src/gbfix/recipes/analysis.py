@@ -89,6 +89,41 @@ def closure_owner(ctx: SiteContext, name: cst.Name) -> cst.FunctionDef | None:
     return owner
 
 
+def range_counter(ctx: SiteContext, name: cst.Name) -> bool:
+    """``name`` reads the counter of a loop: every binding of it is the target of a `for`
+    over the builtin ``range(...)`` (or ``reversed(range(...))``), or the index of
+    ``enumerate(...)`` (`for i, x in enumerate(xs)`). An int, which Dynamo knows while it
+    traces (it unrolls the loop)."""
+    scope = ctx.file.scopes.get(name)
+    if scope is None or has_star_import(ctx.module):
+        return False
+    bound = list(scope[name.value])
+    if not bound:
+        return False
+    for a in bound:
+        target = a.node
+        up = ctx.file.parent(target) if isinstance(target, cst.Name) else None
+        loop: cst.CSTNode | None = None
+        if isinstance(up, cst.For) and up.target is target:
+            loop, counted = up, ("range",)
+        elif isinstance(up, cst.Element) and isinstance(ctx.file.parent(up), cst.Tuple):
+            pair = ctx.file.parent(up)
+            loop = ctx.file.parent(pair)
+            if not (isinstance(loop, cst.For) and loop.target is pair and len(pair.elements) == 2 and pair.elements[0] is up):
+                return False
+            counted = ("enumerate",)
+        if not isinstance(loop, cst.For):
+            return False
+        it = loop.iter
+        if counted == ("range",) and isinstance(it, cst.Call) and name_of(it.func) == "reversed" and len(it.args) == 1:
+            if not builtin_at(ctx, it, "reversed"):
+                return False
+            it = it.args[0].value
+        if not (isinstance(it, cst.Call) and name_of(it.func) in counted and builtin_at(ctx, it, counted[0])):
+            return False
+    return True
+
+
 def is_builtin(ctx: SiteContext, name: cst.Name) -> bool:
     return qualified_names(ctx, name) == {f"builtins.{name.value}"}
 

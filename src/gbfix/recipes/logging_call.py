@@ -75,6 +75,7 @@ from gbfix.recipes.analysis import (
     global_bindings,
     is_module_global,
     qualified_names,
+    range_counter,
 )
 from gbfix.recipes.base import Decline, Recipe, SiteContext
 from gbfix.recipes.print_call import format_fields, has_fstring, str_literal
@@ -105,22 +106,30 @@ class HelperRecipe(Recipe):
         call = self.match(ctx)
         if call is None or not isinstance(ctx.file.parent(call), cst.Expr):
             return None  # the helper returns None: only a call whose result is unused
-        if _defines(ctx, self.helper) is None:
-            return None  # the name is taken by something else
-        if generated.home(ctx.site.path, ctx.module) is None:
-            # the helper goes into this file, with the imports it needs
-            if not generated.imports_torch(ctx.module):
-                raise Decline("the module does not import torch at module level, and the helper, which would be added to it, does")
-            for module, _ in (imp for p in generated.closure([self.helper]) for imp in p.imports):
-                if any(not _imports_itself(n, module) for n in global_bindings(ctx, module)):
-                    raise Decline(f"the module binds `{module}` to something else than the module the helper imports")
-        return call
+        return call if helper_available(ctx, self.helper) else None
 
     def rewrite(self, node: cst.CSTNode) -> cst.CSTNode:
         assert isinstance(node, cst.Call)
         for p in generated.closure([self.helper]):
             self.need_helper(p.name, p.code)
         return self.reroute(node)
+
+
+def helper_available(ctx: SiteContext, helper: str) -> bool:
+    """Whether the site's module can call ``helper`` (a registered piece): False when the
+    name is taken by something else; ``Decline`` when the piece would have to be added
+    to this file and the file cannot take it (no module-level torch, a name it imports
+    bound to something else)."""
+    if _defines(ctx, helper) is None:
+        return False  # the name is taken by something else
+    if generated.home(ctx.site.path, ctx.module) is None:
+        # the helper goes into this file, with the imports it needs
+        if not generated.imports_torch(ctx.module):
+            raise Decline("the module does not import torch at module level, and the helper, which would be added to it, does")
+        for module, _ in (imp for p in generated.closure([helper]) for imp in p.imports):
+            if any(not _imports_itself(n, module) for n in global_bindings(ctx, module)):
+                raise Decline(f"the module binds `{module}` to something else than the module the helper imports")
+    return True
 
 
 class LeafRecipe(HelperRecipe):
@@ -352,8 +361,9 @@ _PLAIN_KINDS = _OP_KINDS - {"tensor"}
 def not_text_or_number(ctx: SiteContext, node: cst.BaseExpression) -> str | None:
     """Why ``node`` may be a tensor while Dynamo traces, or None: it is a literal,
     a string built at the call, a size, an attribute chain (``self.name``, a
-    config value), a module global, or a parameter an uncompiled run showed as
-    text or a number (``fn`` observed, see ``LoggerToOp.observe``)."""
+    config value), a module global, the counter of a loop over ``range``, or a
+    parameter an uncompiled run showed as text or a number (``fn`` observed, see
+    ``LoggerToOp.observe``)."""
     if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
         return None
     if isinstance(node, (cst.SimpleString, cst.Integer, cst.Float, cst.FormattedString, cst.ConcatenatedString)):
@@ -375,7 +385,9 @@ def not_text_or_number(ctx: SiteContext, node: cst.BaseExpression) -> str | None
         owner = observed_owner(ctx, node)
         if owner is not None:
             return _observed_as(ctx, owner, node.value, _PLAIN_KINDS)
-        return None if is_module_global(ctx, node) else "is a local that may hold a tensor"
+        if is_module_global(ctx, node) or range_counter(ctx, node):
+            return None
+        return "is a local that may hold a tensor"
     return "may be a tensor"
 
 

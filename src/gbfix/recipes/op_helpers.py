@@ -1,8 +1,9 @@
-"""The run-time code of print-to-op, warn-to-op and logger-to-op, as gbfix writes it.
+"""The run-time code of print-to-op, warn-to-op, logger-to-op and raise-if, as gbfix writes it.
 
 Each helper runs while Dynamo traces the call that replaced ``print``,
-``warnings.warn`` or a logger call, and hands what is to be printed to an op of
-the helpers' module, which prints it at run time. The op writes to a 0-element
+``warnings.warn``, a logger call or a check that raises, and hands what is to be
+printed (or tested and raised) to an op of the helpers' module, which does it at
+run time. The op writes to a 0-element
 tensor, the sink: that write keeps it in the graph (an op with no output is dead
 code to inductor) and in order with the graph's other ops, also with
 ``fullgraph=True`` and in training; unlike an effectful op (``with_effects``) it
@@ -33,12 +34,12 @@ _gbfix_sink = torch.empty(0)
 _gbfix_pinned = torch.ops.gbfix.__dict__.setdefault(f"_pinned_{_gbfix_tag}", [])
 
 
-def _gbfix_op(name, schema, body):
+def _gbfix_op(name, schema, body, tags=()):
     # Defined once per process; the body is kept out of Dynamo, which would
     # otherwise compile it as a frame of its own when called from a skipped frame.
     qualname = f"{name}_{_gbfix_tag}"
     if not hasattr(torch.ops.gbfix, qualname):
-        _gbfix_lib.define(f"{qualname}({schema}, Tensor(a!) sink) -> ()")
+        _gbfix_lib.define(f"{qualname}({schema}, Tensor(a!) sink) -> ()", tags=tags)
         _gbfix_lib.impl(qualname, torch.compiler.disable(body), "CompositeExplicitAutograd")
         torch.library.register_fake(f"gbfix::{qualname}", lambda *args: None, lib=_gbfix_lib)
     return getattr(torch.ops.gbfix, qualname)
@@ -188,3 +189,48 @@ def gbfix_log(logger, method, *args, template=False):
             logger = logging.getLogger(logger)
         getattr(logger, method)(*([args[0].format(*values)] if template else args))
 ''', imports=(("logging", None), ("torch", None)), needs=(OPS.name,))
+
+# `if cond: raise exc(*args)` (raise-if, assert-to-raise-if): the test and the raise run
+# in an op at run time, so the exception is the original's, class and message; the op
+# writes the sink as the print/warn/log ops do, so a report before the check comes out
+# before it, and one after it does not when it raises. The class is pinned (no op takes
+# one); the message must be text while Dynamo traces. A message written as a lambda is
+# built only when it is needed, as the original built it: uncompiled, only when the
+# test holds; compiled, while Dynamo traces. Anything else (a test that is no tensor, a
+# message that is no text then) runs the original statement here (Dynamo breaks on a
+# tensor test, as it did before).
+RAISE = piece("gbfix_raise_if", '''\
+def _gbfix_raise_body(exc, cond, args, sink):
+    # The original `if cond: raise exc(*args)`, at run time.
+    if cond:
+        raise _gbfix_pinned[exc](*args)
+
+
+# cudagraph_unsafe: a CUDA graph would replay the graph's kernels without the op's test
+_gbfix_raise_op = _gbfix_op("raise_if", "int exc, Tensor cond, str[] args", _gbfix_raise_body, (torch.Tag.cudagraph_unsafe,))
+
+
+def _gbfix_raise_class(ctx):
+    # Run by Dynamo: the exception class, which no op takes. In a `try` or `with` block of
+    # a frame Dynamo traces, an exception of the op would leave the graph without the
+    # handler, `finally` or exit the original ran: there the check breaks, as before.
+    tx = ctx._i_will_not_complain_if_bc_breaks_InstructionTranslator()
+    while tx is not None:
+        if tx.block_stack or getattr(tx.current_instruction, "exn_tab_entry", None) is not None:
+            ctx.graph_break("gbfix_raise_if in a try or with block: the check stays a break")
+        tx = tx.parent
+    _gbfix_pin(ctx, _gbfix_raise_op, ctx.get_local("exc").as_python_constant())
+
+
+def gbfix_raise_if(cond, exc, *message):
+    # `if cond: raise exc(*message)`, a message given as a lambda built only then. In
+    # compiled graphs, with a tensor test and text known while tracing: an op tests and raises.
+    if torch.compiler.is_compiling() and isinstance(cond, torch.Tensor):
+        args = [m() if callable(m) else m for m in message]
+        if all([type(a) is str for a in args]):
+            _gbfix_raise_op(-1, cond.detach(), args, _gbfix_sink)
+            torch._dynamo.comptime.comptime(_gbfix_raise_class)
+            return
+    if cond:
+        raise exc(*[m() if callable(m) else m for m in message])
+''', needs=(OPS.name,))

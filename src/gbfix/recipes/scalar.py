@@ -919,35 +919,51 @@ class AssertItemToTensor(Recipe):
     rule = "GB0124"
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
-        f = _Facts(ctx)
-        read = ItemToTensor._read(ctx, f)
-        if read is None:
+        found = item_assert(ctx)
+        if found is None:
             return None
-        call, self._source, _ = read
-        comparison = f.parent(call)
-        if isinstance(comparison, cst.ComparisonTarget):
-            other, comparison = comparison.comparator, f.parent(comparison)
-            other = comparison.left if comparison.left is not call else other
-        elif isinstance(comparison, cst.Comparison):
-            other = comparison.comparisons[0].comparator
-        else:
-            return None
-        stmt = f.parent(comparison)
-        if not isinstance(stmt, cst.Assert) or stmt.test is not comparison or len(comparison.comparisons) != 1:
-            return None
-        if not isinstance(comparison.comparisons[0].operator, COMPARISONS):
-            return None
-        if f.tensor(other):
-            raise Decline("compared with a tensor: the comparison's dtype would change")
+        stmt, call, self._source = found
         if stmt.msg is not None and not _literal_string(stmt.msg):
             raise Decline("the message is not a string literal: Dynamo breaks on it")
         return call
 
     def rewrite(self, node: cst.CSTNode) -> Replacement:
-        source = self._source
-        if not isinstance(source, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) and not source.lpar:
-            source = source.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-        return cst.Call(cst.Attribute(source, cst.Name("double")), [])
+        return as_double(self._source)
+
+
+def item_assert(ctx: SiteContext) -> tuple[cst.Assert, cst.Call, cst.BaseExpression] | None:
+    """`assert t.item() <op> n[, msg]` at the site (the read on either side of one
+    elementwise comparison, the other side not shown to be a tensor): (the assert, the
+    read, t). In float64, `t.double() <op> n` compares as Python compared the float (or
+    the int below 2**53) with the number."""
+    f = _Facts(ctx)
+    read = ItemToTensor._read(ctx, f)
+    if read is None:
+        return None
+    call, source, _ = read
+    comparison = f.parent(call)
+    if isinstance(comparison, cst.ComparisonTarget):
+        other, comparison = comparison.comparator, f.parent(comparison)
+        other = comparison.left if comparison.left is not call else other
+    elif isinstance(comparison, cst.Comparison):
+        other = comparison.comparisons[0].comparator
+    else:
+        return None
+    stmt = f.parent(comparison)
+    if not isinstance(stmt, cst.Assert) or stmt.test is not comparison or len(comparison.comparisons) != 1:
+        return None
+    if not isinstance(comparison.comparisons[0].operator, COMPARISONS):
+        return None
+    if f.tensor(other):
+        raise Decline("compared with a tensor: the comparison's dtype would change")
+    return stmt, call, source
+
+
+def as_double(source: cst.BaseExpression) -> cst.Call:
+    """`source.double()`, parenthesised where needed: what replaces `source.item()` in a comparison."""
+    if not isinstance(source, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) and not source.lpar:
+        source = source.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return cst.Call(cst.Attribute(source, cst.Name("double")), [])
 
 
 class TolistToTensors(Recipe):

@@ -120,7 +120,7 @@ class WarnToOp(WarnRecipe):
         if call is None or fn is None:
             return None
         try:
-            values = _message_values(ctx, call, self._bound["message"].value)
+            values = message_values(ctx, call, self._bound["message"].value)
         except Decline:
             return None  # declined whatever the run shows
         return next(filter(None, (observed_owner(ctx, v) for v in values)), None)
@@ -130,7 +130,7 @@ class WarnToOp(WarnRecipe):
         if call is None:
             return None
         # Dynamo formats an f-string with a tensor field lazily: not text the op could take
-        for value in _message_values(ctx, call, self._bound["message"].value):
+        for value in message_values(ctx, call, self._bound["message"].value):
             why = not_text_or_number(ctx, value)
             if why:
                 raise Decline(f"{ctx.code(value)} {why}")
@@ -171,7 +171,7 @@ class WarnToLeaf(LeafRecipe, WarnRecipe):
         return call.with_changes(func=cst.Name(self._binding[0]), args=arglist(call, args))
 
 
-def _message_values(ctx: SiteContext, call: cst.Call, message: cst.BaseExpression) -> list[cst.BaseExpression]:
+def message_values(ctx: SiteContext, call: cst.Call, message: cst.BaseExpression) -> list[cst.BaseExpression]:
     """The values the message is built from: an f-string's fields, else the message itself."""
     if not has_fstring(message):
         return [message]
