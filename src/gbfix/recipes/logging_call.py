@@ -105,22 +105,29 @@ class HelperRecipe(Recipe):
         call = self.match(ctx)
         if call is None or not isinstance(ctx.file.parent(call), cst.Expr):
             return None  # the helper returns None: only a call whose result is unused
-        if _defines(ctx, self.helper) is None:
-            return None  # the name is taken by something else
-        if generated.home(ctx.site.path, ctx.module) is None:
-            # the helper goes into this file, with the imports it needs
-            if not generated.imports_torch(ctx.module):
-                raise Decline("the module does not import torch at module level, and the helper, which would be added to it, does")
-            for module, _ in (imp for p in generated.closure([self.helper]) for imp in p.imports):
-                if any(not _imports_itself(n, module) for n in global_bindings(ctx, module)):
-                    raise Decline(f"the module binds `{module}` to something else than the module the helper imports")
-        return call
+        return call if helper_fits(ctx, self.helper) else None
 
     def rewrite(self, node: cst.CSTNode) -> cst.CSTNode:
         assert isinstance(node, cst.Call)
         for p in generated.closure([self.helper]):
             self.need_helper(p.name, p.code)
         return self.reroute(node)
+
+
+def helper_fits(ctx: SiteContext, helper: str) -> bool:
+    """Whether the site's module can call ``helper`` (a registered piece): False when
+    the name is taken by something else; ``Decline`` when the helper would go into
+    this file (no package's generated module) and the file cannot take it."""
+    if defines_helper(ctx, helper) is None:
+        return False
+    if generated.home(ctx.site.path, ctx.module) is None:
+        # the helper goes into this file, with the imports it needs
+        if not generated.imports_torch(ctx.module):
+            raise Decline("the module does not import torch at module level, and the helper, which would be added to it, does")
+        for module, _ in (imp for p in generated.closure([helper]) for imp in p.imports):
+            if any(not _imports_itself(n, module) for n in global_bindings(ctx, module)):
+                raise Decline(f"the module binds `{module}` to something else than the module the helper imports")
+    return True
 
 
 class LeafRecipe(HelperRecipe):
@@ -473,7 +480,7 @@ def _imports_itself(node: cst.CSTNode, module: str) -> bool:
     )
 
 
-def _defines(ctx: SiteContext, name: str) -> bool | None:
+def defines_helper(ctx: SiteContext, name: str) -> bool | None:
     """True if the module has the helper (defines it, or imports it from the generated
     module), False if the name is free, None if it is taken by something else."""
     bound = global_bindings(ctx, name)
