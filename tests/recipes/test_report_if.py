@@ -906,3 +906,83 @@ def test_conditional_helpers_keep_pythons_truth_value():
             fn = rewritten if backend is None else torch.compile(rewritten, backend=backend, fullgraph=True)
             assert outcome(fn, x) == outcome(original, x), (backend, x)
     assert outcome(original, torch.tensor([1.0, 2.0]))[1].startswith("Boolean value of Tensor with more than one value")
+
+
+def _warn_if_outer(fn, x):
+    return fn(x)  # the line a stacklevel of 2 names
+
+
+def test_warn_if_names_the_place_warnings_warn_names():
+    # stacklevel 1: the line of the call (the warning's own line, kept by the rewrite);
+    # 2: its caller's line, inside the compiled function or not; uncompiled and compiled
+    import inspect
+    import warnings
+
+    import torch
+
+    warn_if = generated_function(op_helpers.WARN_IF, warnings=warnings, io=io, sys=sys)
+
+    def original(x):
+        if x.sum() > 0:
+            warnings.warn("pos", RuntimeWarning)  # noqa: B028 - stacklevel 1 on purpose: this line
+        if x.sum() > 1:
+            warnings.warn("two", RuntimeWarning, stacklevel=2)
+        return x + 1
+
+    def rewritten(x):
+        pred = x.sum() > 0
+        warn_if(pred, "pos", category=RuntimeWarning)
+        warn_if(x.sum() > 1, "two", category=RuntimeWarning, stacklevel=2)
+        return x + 1
+
+    def places(fn, backend):
+        torch._dynamo.reset()
+        outer = _warn_if_outer if backend is None else torch.compile(_warn_if_outer, backend=backend)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            outer(fn, torch.tensor([3.0]))
+        first = inspect.getsourcelines(fn)[1]
+        return [(w.category, str(w.message), w.filename, w.lineno - (first if w.lineno >= first else 0)) for w in seen if w.filename == __file__]
+
+    expected = places(original, None)
+    assert [m for _, m, _, _ in expected] == ["pos", "two"]
+    assert expected[1][3] == inspect.getsourcelines(_warn_if_outer)[1] + 1  # the caller's line
+    for backend in (None, "eager", "inductor"):
+        assert places(rewritten, backend) == expected, backend
+
+
+COMPOSED = """\
+import torch
+
+
+def step(x, it):
+    loss = (x * x).mean()
+    if loss > 1.0:
+        print(f"iter {it}: loss {loss:.3f}")
+    return loss
+
+
+if __name__ == "__main__":
+    f = torch.compile(step, backend="eager")
+    for it in range(3):
+        print(f"out {f(torch.ones(4) * it, it).item():.3f}")
+"""
+
+
+def test_real_run_an_if_around_what_print_to_op_wrote(tmp_path: Path):
+    # the other order of the rounds: print-to-op fixed the print (its own break) first;
+    # the `if` is then taken with the gbfix_print call in it
+    from gbfix.recipes.print_op import PrintToOp
+    from tests.helpers import rewrite_line
+
+    source = rewrite_line(COMPOSED, PrintToOp, "print(f\"iter", "GB0059")
+    assert source is not None and '        gbfix_print("iter {}: loss {:.3f}", it, loss)\n' in source
+    (tmp_path / "prog.py").write_text(source)
+    result = engine.fix([tmp_path / "prog.py"], parse("python prog.py", tmp_path))
+    assert [(o.edit.recipe, o.status) for o in result.outcomes] == [("report-if", "applied")]
+    assert result.remaining == 0
+    fixed = result.fixed[tmp_path / "prog.py"].decode()
+    assert '    gbfix_print_if(loss > 1.0, "iter {}: loss {:.3f}", it, loss)\n' in fixed
+    assert "    if loss" not in fixed
+    run = subprocess.run([sys.executable, "-c", fixed], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.stdout == "out 0.000\nout 1.000\niter 2: loss 4.000\nout 4.000\n", run.stderr

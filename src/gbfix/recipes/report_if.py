@@ -126,7 +126,7 @@ class ReportIf(Recipe):
             found = _report_if(ctx)
         except Decline:
             return None
-        names = (n for call in (found[2] if found else ()) for a in call.args for n in walk(a.value) if isinstance(n, cst.Name))
+        names = (n for call in (found[2] if found else ()) for a in call.args for n in walk(a.value) if _read_whole(ctx, n))
         return next(filter(None, (observed_owner(ctx, n) for n in names)), None)
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
@@ -161,6 +161,8 @@ class ReportIf(Recipe):
         if not all(helper_fits(ctx, h) for h in self._helpers):
             return None
         self._plan = self._layout(ctx, if_node, test, reports)
+        if self._torch and not generated.imports_torch(ctx.module):
+            raise Decline("the rewrite calls torch.logical_not, and the module does not import torch at module level")
         return if_node
 
     def rewrite(self, node: cst.CSTNode) -> Replacement | None:
@@ -186,7 +188,8 @@ class ReportIf(Recipe):
             args = call.args  # gbfix_print(fmt, *values): what print-to-op wrote
             if not args or any(a.keyword or a.star for a in args) or not isinstance(args[0].value, cst.SimpleString):
                 raise Decline(f"`{ctx.code(call)}` is not a call print-to-op writes")
-            fmt, values = args[0].value, [a.value for a in args[1:]]
+            fmt: cst.BaseExpression = args[0].value
+            values = [a.value for a in args[1:]]
         else:
             hop = PrintToHop()
             if _delegated(ctx, call, hop.anchor) is None:
@@ -356,6 +359,14 @@ class ReportIf(Recipe):
         return small if column is None else fit(small, column)
 
 
+def _read_whole(ctx: SiteContext, node: cst.CSTNode) -> bool:
+    """A name whose own value a report takes (not `self` in `self.logger`, not a callee)."""
+    up = ctx.file.parent(node)
+    return isinstance(node, cst.Name) and not (isinstance(up, cst.Attribute) and up.value is node) and not (
+        isinstance(up, cst.Call) and up.func is node
+    )
+
+
 def _delegated(ctx: SiteContext, call: cst.Call, match: Callable[[SiteContext], cst.CSTNode | None]) -> cst.CSTNode | None:
     """What the recipe of the report's own break (print-to-hop, warn-to-op, logger-to-op)
     makes of ``call``; its reason, with the call, when it declines."""
@@ -381,7 +392,7 @@ def _report_if(ctx: SiteContext) -> tuple[cst.If, SplitTest, list[cst.Call]] | N
     found = site_branch(ctx)
     if found is None or not isinstance(found[0], cst.If):
         return None
-    if_node, test = found
+    if_node, test = found[0], found[1]
     arms = [if_node.body] + ([if_node.orelse.body] if isinstance(if_node.orelse, cst.Else) else [])
     statements = [s for arm in arms if isinstance(arm, cst.IndentedBlock) for s in arm.body]
     smalls = [sm for arm in arms for sm in _smalls(arm)]
