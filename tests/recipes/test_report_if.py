@@ -986,3 +986,13 @@ def test_real_run_an_if_around_what_print_to_op_wrote(tmp_path: Path):
     assert "    if loss" not in fixed
     run = subprocess.run([sys.executable, "-c", fixed], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert run.stdout == "out 0.000\nout 1.000\niter 2: loss 4.000\nout 4.000\n", run.stderr
+
+
+def test_tried_before_the_branch_recipes():
+    # branch-to-where declines these `if`s ("may have effects"); report-if comes first, and
+    # before library-class / library-patch, which run the recipes listed before them
+    from gbfix import recipes
+
+    order = [r.name for r in recipes.candidates("GB0170", unsafe=True)]
+    assert order.index("report-if") < min(order.index(n) for n in ("branch-to-general-path", "branch-to-where", "branch-to-check"))
+    assert ReportIf in recipes.listed_before("library_class")

@@ -257,7 +257,7 @@ def gbfix_print_if(cond, fmt, *values, cast=None, percent=False):
     if torch.compiler.is_compiling() and isinstance(cond, torch.Tensor) and packed is not None:
         _gbfix_print_if_op(cond, fmt, percent, casts, *packed, _gbfix_sink)
     elif cond:
-        print(_gbfix_text(fmt, values, casts, percent))
+        print(_gbfix_text(fmt, values, casts, percent))  # gbfix: ignore[GB0059] (uncompiled)
 ''', needs=(OPS.name, MESSAGE.name))
 
 WARN_IF = piece("gbfix_warn_if", '''\
