@@ -996,3 +996,16 @@ def test_tried_before_the_branch_recipes():
     order = [r.name for r in recipes.candidates("GB0170", unsafe=True)]
     assert order.index("report-if") < min(order.index(n) for n in ("branch-to-general-path", "branch-to-where", "branch-to-check"))
     assert ReportIf in recipes.listed_before("library_class")
+
+
+def test_no_torch_written_into_a_module_that_keeps_it_optional(pkg):
+    # the module imports torch only where it runs: torch.logical_not would need it at module level
+    source = "def step(x):\n    if not x.isfinite().all():\n        print('non-finite')\n    return x\n"
+    recipe = ReportIf()
+    assert recipe.propose(site_context(source, *_site(source, "not x.isfinite().all()"), "GB0170", path=pkg)) is None
+    assert "does not import torch at module level" in recipe.declined
+    # a test that names torch already, or one with no `not`, writes no new torch
+    for test in ("not torch.isfinite(x).all()", "x.isnan().any()"):
+        source = f"def step(x):\n    import torch\n    if {test}:\n        print('bad')\n    return x\n"
+        out = rewrite_at(source, ReportIf, *_site(source, test), "GB0170", path=pkg)
+        assert out is not None and "\nimport torch" not in out and "gbfix_print_if(" in out

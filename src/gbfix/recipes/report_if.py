@@ -52,7 +52,6 @@ from gbfix.recipes import op_helpers
 from gbfix.recipes.analysis import (
     COMPARISONS,
     bound_before,
-    builtin_at,
     called,
     is_builtin,
     is_module_global,
@@ -155,8 +154,6 @@ class ReportIf(Recipe):
                 why = _risk(ctx, node, if_node, test)
                 if why:
                     raise Decline(f"`{ctx.code(node)}` in `{ctx.code(r.call)}` {why}: it would be evaluated where the test does not hold")
-        if any(r.cast for r in reports.values()) and not (builtin_at(ctx, if_node, "int") and builtin_at(ctx, if_node, "float")):
-            raise Decline("`int` or `float` is not the builtin here")
         self._helpers = list(dict.fromkeys(r.helper for r in reports.values()))
         if not all(helper_fits(ctx, h) for h in self._helpers):
             return None
@@ -278,7 +275,8 @@ class ReportIf(Recipe):
         if warns and ctx.file.span(if_node.test)[1][0] != line:
             raise Decline("the test spans several lines: the warning would name another line")
         cond: cst.BaseExpression = test.tensor
-        self._torch = "torch" in variable_names(cond) or orelse is not None
+        # torch.logical_* the rewrite writes (a `not`, an `else:`), where the test had no torch
+        self._torch = orelse is not None or "torch" in variable_names(cond) and "torch" not in variable_names(test.cond)
         bind = test.prefix is None and not _is_elif(ctx, if_node) and isinstance(body, cst.IndentedBlock) and (len(reports) > 1 or warns)
         if len(reports) > 1 and not bind and not pure(test.cond):
             raise Decline("the test may have effects, and each report would evaluate it")
