@@ -54,7 +54,8 @@ def apply(parsed: ParsedFile, edits: Iterable[Edit]) -> bytes:
         imports += [imp for p in generated.closure(list(helpers)) for imp in p.imports]
     else:
         if not first:
-            module = generated.add_import(module, home, [p.name for p in generated.closure(list(helpers)) if p.public])
+            called = dict.fromkeys(n for e in edits for n in generated.called([name for name, _ in e.helpers]))
+            module = generated.add_import(module, home, list(called))
         module = add_helpers(module, local)
     imports = [imp for imp in dict.fromkeys(imports) if not _imported(module, *imp)]
     if imports:
@@ -74,7 +75,7 @@ def _local_imports(parsed: ParsedFile, edits: list[Edit], home: generated.Home) 
         fn = next((a for a in parsed.ancestors(e.original) if isinstance(a, cst.FunctionDef)), None)
         if fn is None:
             return {}  # module-level code runs when the module is imported anyway
-        public = [p.name for p in generated.closure([n for n, _ in e.helpers]) if p.public]
+        public = generated.called([n for n, _ in e.helpers])
         names.setdefault(id(fn), (fn, []))[1].extend(public)
     return {key: generated.import_statement(home, sorted(set(public))) for key, (_, public) in names.items() if public}
 

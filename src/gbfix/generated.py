@@ -76,6 +76,15 @@ def closure(names: set[str] | list[str]) -> list[Piece]:
     return [p for n, p in _PIECES.items() if n in wanted]
 
 
+def called(names: list[str]) -> list[str]:
+    """The public pieces among ``names`` (an edit's helpers: the pieces its code calls
+    and what they need) that none of the others needs: those the edited code calls,
+    and imports (``gbfix_warn_if`` needs ``gbfix_warn``, which it calls itself)."""
+    _registered()
+    needed = {n for name in names if name in _PIECES for n in _PIECES[name].needs}
+    return [n for n in names if n in _PIECES and _PIECES[n].public and n not in needed]
+
+
 def known(names: list[str] | tuple[str, ...]) -> bool:
     return all(n in _registered() for n in names)
 

@@ -149,3 +149,18 @@ def test_the_vocabulary_names_only_real_tensor_calls():
     binary = v.PREDICATES - {"isnan", "isinf", "isfinite", "isneginf", "isposinf", "isreal", "logical_not"}
     assert {p for p in binary if getattr(x, p)(x).dtype != torch.bool} == set()
     assert {c for c in v.ELEMENTWISE if c not in {"clamp", "clip", "clamp_min", "clamp_max", "pow", "mul", "div", "add", "sub", "masked_fill"} and getattr(x, c)().data_ptr() == x.data_ptr()} == set()  # they allocate
+
+
+
+def test_closure_owner_of_a_builtin_is_none():
+    # a builtin read in a nested function has no binding node (LibCST's BuiltinAssignment)
+    from gbfix.recipes.analysis import closure_owner
+    from gbfix.recipes.tree import variables
+    from tests.helpers import site_context
+
+    source = "def outer(n):\n    def inner(x):\n        return int(x) + n\n    return inner\n"
+    ctx = site_context(source, 3, 15, 18, "GB0124")
+    reads = {n.value: n for n in variables(ctx.module)}  # the last occurrence of each: the reads in `inner`
+    assert closure_owner(ctx, reads["int"]) is None
+    owner = closure_owner(ctx, reads["n"])
+    assert owner is not None and owner.name.value == "outer"

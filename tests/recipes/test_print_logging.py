@@ -277,7 +277,7 @@ def test_logging_op_helper():
     assert lines.index("_gbfix_sink = torch.empty(0)") < lines.index("def _gbfix_log_body(logger, method, kinds, texts, numbers, tensors, sink):")
     assert lines.index("def _gbfix_op(name, schema, body, tags=()):") < lines.index("def gbfix_log(logger, method, *args, template=False):")
     # the op writes to the sink: that keeps it in inductor's graph, in order
-    assert "        _gbfix_log_op(-1, method, of, texts, numbers, tensors, _gbfix_sink)" in lines
+    assert '        _gbfix_log_op(-1, method, ("f" if template else "") + kinds, texts, numbers, tensors, _gbfix_sink)' in lines
     assert "effects" not in out  # no private effect registration
     assert "gbfix_print" not in out and "gbfix_warn" not in out  # only the helper this site calls
     assert '        gbfix_log(logger, "warning", "x")' in lines
@@ -462,7 +462,7 @@ def _send(rewritten_module: str) -> dict:
     import sys
 
     tree = _ast.parse(rewritten_module)
-    defs = [n for n in tree.body if isinstance(n, _ast.FunctionDef) and n.name in ("gbfix_log", "_gbfix_log_body")]
+    defs = [n for n in tree.body if isinstance(n, _ast.FunctionDef) and n.name in ("gbfix_log", "_gbfix_log_body", "_gbfix_log_call", "_gbfix_pack", "_gbfix_unpack")]
     calls: list[tuple] = []
 
     def comptime(callback):

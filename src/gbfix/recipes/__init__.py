@@ -25,6 +25,7 @@ _MODULES = (
     "guarded_index",  # `a[i] if i >= 0 else b` with a tensor index: torch.where over a clamped index
     "same_arms",  # `a if t else b` whose arms give the same Python number: the test is not asked
     "table_lookup",  # `a[i]` at an index Dynamo holds as a tensor: a gather while tracing
+    "report_if",  # `if <tensor>: <print / warn / log>`: an op tests and reports at run time (branch-to-where declines these)
     "branch",
     "loop_branch",
     "while_loop",  # a `while` on a tensor test: torch.while_loop over the names it carries

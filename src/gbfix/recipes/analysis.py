@@ -75,8 +75,8 @@ def closure_owner(ctx: SiteContext, name: cst.Name) -> cst.FunctionDef | None:
     if inner is None or scope is None or has_star_import(ctx.module) or name.value in param_names(inner):
         return None
     bound = list(scope[name.value])
-    if len(bound) != 1 or not isinstance(bound[0].node, cst.Param):
-        return None
+    if len(bound) != 1 or isinstance(bound[0], BuiltinAssignment) or not isinstance(bound[0].node, cst.Param):
+        return None  # a builtin (`int`, `print`) has no node
     owner = ctx.enclosing(cst.FunctionDef, node=bound[0].node)
     if owner is None or owner is inner or not any(a is owner for a in ctx.ancestors(inner)):
         return None

@@ -36,7 +36,7 @@ package, the helper lives in the package's generated ``_gbfix.py``; see
   order: the record's msg/args are the original's, and so is what a
   ``*_once`` method (an ``lru_cache`` on its arguments: once per process per
   distinct arguments) counts as a repeat. An argument that may be anything else
-  (``x.shape``, a list) is declined (see ``_not_a_plain_value``): the helper
+  (``x.shape``, a list) is declined (see ``not_a_plain_value``): the helper
   would call the logger itself, which breaks again in the helper's code.
   Uncompiled, the helper calls the logger itself.
 - ``logger-to-leaf``: a ``torch._dynamo.decorators.leaf_function``, which takes
@@ -106,7 +106,7 @@ class HelperRecipe(Recipe):
         call = self.match(ctx)
         if call is None or not isinstance(ctx.file.parent(call), cst.Expr):
             return None  # the helper returns None: only a call whose result is unused
-        return call if helper_available(ctx, self.helper) else None
+        return call if helper_fits(ctx, self.helper) else None
 
     def rewrite(self, node: cst.CSTNode) -> cst.CSTNode:
         assert isinstance(node, cst.Call)
@@ -115,13 +115,12 @@ class HelperRecipe(Recipe):
         return self.reroute(node)
 
 
-def helper_available(ctx: SiteContext, helper: str) -> bool:
-    """Whether the site's module can call ``helper`` (a registered piece): False when the
-    name is taken by something else; ``Decline`` when the piece would have to be added
-    to this file and the file cannot take it (no module-level torch, a name it imports
-    bound to something else)."""
-    if _defines(ctx, helper) is None:
-        return False  # the name is taken by something else
+def helper_fits(ctx: SiteContext, helper: str) -> bool:
+    """Whether the site's module can call ``helper`` (a registered piece): False when
+    the name is taken by something else; ``Decline`` when the helper would go into
+    this file (no package's generated module) and the file cannot take it."""
+    if defines_helper(ctx, helper) is None:
+        return False
     if generated.home(ctx.site.path, ctx.module) is None:
         # the helper goes into this file, with the imports it needs
         if not generated.imports_torch(ctx.module):
@@ -217,6 +216,10 @@ class LoggerToOp(LoggerRecipe):
             return None  # declined whatever the run shows
         return next(filter(None, (observed_owner(ctx, v) for v in values)), None)
 
+    # Values known to be tensors where the call runs (report-if: an operand of the
+    # `if` test the call is under, which Dynamo broke on).
+    tensors: tuple[cst.BaseExpression, ...] = ()
+
     def match(self, ctx: SiteContext) -> cst.Call | None:
         call = super().match(ctx)
         if call is None:
@@ -225,7 +228,8 @@ class LoggerToOp(LoggerRecipe):
         for value in self._values(ctx, call):
             # the items of `*values` are told apart at trace time: the helper logs
             # anything that is no text, number, tensor or None itself (Dynamo breaks there)
-            why = None if id(value) in starred else _not_a_plain_value(ctx, value)
+            known = id(value) in starred or any(value.deep_equals(t) for t in self.tensors)
+            why = None if known else not_a_plain_value(ctx, value)
             if why:
                 raise Decline(f"{ctx.code(value)} {why}")
         return call
@@ -317,7 +321,7 @@ _CONTAINER_METHODS = frozenset({"tolist", "items", "keys", "values", "split", "c
 _OP_KINDS = frozenset({"int", "float", "bool", "str", "none", "tensor"})
 
 
-def _not_a_plain_value(ctx: SiteContext, node: cst.BaseExpression, seen: frozenset[str] = frozenset()) -> str | None:
+def not_a_plain_value(ctx: SiteContext, node: cst.BaseExpression, seen: frozenset[str] = frozenset()) -> str | None:
     """Why ``node`` may be something else than a str, a number, a tensor or None
     while Dynamo traces (a list, a tuple, a ``torch.Size``), or None.
 
@@ -414,7 +418,7 @@ def _local_values(ctx: SiteContext, fn: cst.FunctionDef, name: str, seen: frozen
             return f"is bound by {type(n).__name__}"
         if any(isinstance(t.target, (cst.Tuple, cst.List)) for t in getattr(n, "targets", ())):
             return "is unpacked"
-        why = _not_a_plain_value(ctx, n.value, seen | {name})
+        why = not_a_plain_value(ctx, n.value, seen | {name})
         if why:
             return f"is assigned {ctx.code(n.value)}, which {why}"
     return None
@@ -485,7 +489,7 @@ def _imports_itself(node: cst.CSTNode, module: str) -> bool:
     )
 
 
-def _defines(ctx: SiteContext, name: str) -> bool | None:
+def defines_helper(ctx: SiteContext, name: str) -> bool | None:
     """True if the module has the helper (defines it, or imports it from the generated
     module), False if the name is free, None if it is taken by something else."""
     bound = global_bindings(ctx, name)

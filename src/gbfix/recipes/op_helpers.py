@@ -1,9 +1,10 @@
-"""The run-time code of print-to-op, warn-to-op, logger-to-op and raise-if, as gbfix writes it.
+"""The run-time code of print-to-op, warn-to-op, logger-to-op, report-if and raise-if, as gbfix writes it.
 
 Each helper runs while Dynamo traces the call that replaced ``print``,
-``warnings.warn``, a logger call or a check that raises, and hands what is to be
-printed (or tested and raised) to an op of the helpers' module, which does it at
-run time. The op writes to a 0-element
+``warnings.warn``, a logger call (report-if: the `if` on a tensor around one) or a
+check that raises, and hands what is to be printed (or tested and raised) to an op
+of the helpers' module, which does it at run time (report-if's and raise-if's: only
+when the tensor it is given holds). The op writes to a 0-element
 tensor, the sink: that write keeps it in the graph (an op with no output is dead
 code to inductor) and in order with the graph's other ops, also with
 ``fullgraph=True`` and in training; unlike an effectful op (``with_effects``) it
@@ -53,6 +54,31 @@ def _gbfix_pin(ctx, op, value):
         index = len(_gbfix_pinned) - 1
     node = next(n for n in reversed(ctx.graph().nodes) if n.target in (op, op.default))
     node.update_arg(0, index)
+''', public=False)
+
+# Values reach an op by kind, as its schema types them: strings as text, numbers
+# (sizes and steps Dynamo made symbolic too) as Scalars, tensors as tensors
+# (computed by the graph before the op runs), None as a mark; the op rebuilds them
+# in order.
+VALUES = piece("_gbfix_pack", '''\
+def _gbfix_pack(values):
+    # (kinds, texts, numbers, tensors) for an op's typed arguments, kinds a letter a
+    # value (s: text, n: number, t: tensor, -: None); None when one is of another kind.
+    of = {str: "s", int: "n", float: "n", bool: "n", type(None): "-"}
+    kinds = "".join(["t" if isinstance(v, torch.Tensor) else of.get(type(v), "?") for v in values])
+    if "?" in kinds:
+        return None
+    texts = [v for v, k in zip(values, kinds) if k == "s"]
+    numbers = [v for v, k in zip(values, kinds) if k == "n"]
+    tensors = [v for v, k in zip(values, kinds) if k == "t"]
+    return kinds, texts, numbers, tensors
+
+
+def _gbfix_unpack(kinds, texts, numbers, tensors):
+    # The values _gbfix_pack took apart, back in order.
+    texts, numbers, tensors = iter(texts), iter(numbers), iter(tensors)
+    pick = {"s": texts, "n": numbers, "t": tensors}
+    return [next(pick[k]) if k in pick else None for k in kinds]
 ''', public=False)
 
 PRINT = piece("gbfix_print", '''\
@@ -105,21 +131,22 @@ def _gbfix_warn_body(where, message, sink):
 _gbfix_warn_op = _gbfix_op("warn", "int where, str message", _gbfix_warn_body)
 
 
-def _gbfix_warn_place(ctx):
-    # Run by Dynamo: the category, and the file and line the warning names, from the
-    # frames Dynamo traces (innermost last, as '  File "f.py", line 9, in fn').
+def _gbfix_warn_place(ctx, op=_gbfix_warn_op):
+    # Run by Dynamo in the helper that called `op`: the category, and the file and line
+    # the warning names, from the frames Dynamo traces (innermost last, as
+    # '  File "f.py", line 9, in fn'; the last is the helper's own).
     stack = io.StringIO()
-    ctx.parent().print_bt(file=stack)
+    ctx.print_bt(file=stack)
     frames = [line[len('  File "') :] for line in stack.getvalue().splitlines() if line.startswith('  File "')]
-    frames = [(f.rsplit('", line ', 1)[0], *f.rsplit('", line ', 1)[1].split(", in ", 1)) for f in frames]
+    *frames, helper = [(f.rsplit('", line ', 1)[0], *f.rsplit('", line ', 1)[1].split(", in ", 1)) for f in frames]
     level = ctx.get_local("stacklevel").as_python_constant()
     if level <= len(frames):
         place = (frames[-level][0], int(frames[-level][1]), 0)
     elif frames:  # a caller of the compiled function
         place = (frames[0][0], frames[0][2], level - len(frames))
-    else:  # gbfix_warn is the frame compiled: its caller runs uncompiled
-        place = (__file__, "gbfix_warn", level)
-    _gbfix_pin(ctx, _gbfix_warn_op, (ctx.get_local("category").as_python_constant(), *place))
+    else:  # the helper is the frame compiled: its caller runs uncompiled
+        place = (__file__, helper[2], level)
+    _gbfix_pin(ctx, op, (ctx.get_local("category").as_python_constant(), *place))
 
 
 def gbfix_warn(message, category=UserWarning, stacklevel=1):
@@ -132,26 +159,24 @@ def gbfix_warn(message, category=UserWarning, stacklevel=1):
         warnings.warn(message, category, stacklevel + 1)  # gbfix: ignore[GB0007] (uncompiled)
 ''', imports=(("io", None), ("sys", None), ("warnings", None), ("torch", None)), needs=(OPS.name,))
 
-# The logger's arguments reach the op by kind, as its schema types them: strings
-# as text, numbers (sizes and steps Dynamo made symbolic too) as Scalars, tensors
-# as tensors (computed by the graph before the op runs), None as a mark; the op
-# rebuilds them in order, so the logger's method gets the very arguments of the
-# original call: the record's msg/args and a `*_once` method's cache (keyed on
-# the arguments) are the same.
+# The logger's arguments reach the op by kind (_gbfix_pack) and the op rebuilds
+# them in order, so the logger's method gets the very arguments of the original
+# call: the record's msg/args and a `*_once` method's cache (keyed on the
+# arguments) are the same.
 LOG = piece("gbfix_log", '''\
-def _gbfix_log_body(logger, method, kinds, texts, numbers, tensors, sink):
-    # The arguments back in order (s: text, n: number, t: tensor, -: None); after
-    # an "f", the first text is an f-string's template, formatted here.
+def _gbfix_log_call(logger, method, args, template):
+    # getattr(logger, method)(*args) at run time (`logger`: the index of a pinned logger
+    # or name); template: args[0] is an f-string's template, formatted here.
     logger = _gbfix_pinned[logger]
     if logger is None or type(logger) is str:
         logger = logging.getLogger(logger)
-    texts, numbers, tensors = iter(texts), iter(numbers), iter(tensors)
-    pick = {"s": texts, "n": numbers, "t": tensors}
-    template = next(texts) if kinds.startswith("f") else None
-    args = [next(pick[k]) if k in pick else None for k in kinds.removeprefix("f")]
-    if template is not None:
-        args = [template.format(*args)]
-    getattr(logger, method)(*args)
+    getattr(logger, method)(*([args[0].format(*args[1:])] if template else args))
+
+
+def _gbfix_log_body(logger, method, kinds, texts, numbers, tensors, sink):
+    # The arguments back in order; kinds starting with "f": a template first.
+    args = _gbfix_unpack(kinds.removeprefix("f"), texts, numbers, tensors)
+    _gbfix_log_call(logger, method, args, kinds.startswith("f"))
 
 
 _gbfix_log_op = _gbfix_op(
@@ -159,36 +184,31 @@ _gbfix_log_op = _gbfix_op(
 )
 
 
-def _gbfix_log_logger(ctx):
-    # Run by Dynamo: the logger itself (no op takes a Logger, and Dynamo cannot read
-    # its name: its tracker holds it), or the name logging.getLogger takes.
+def _gbfix_log_logger(ctx, op=_gbfix_log_op):
+    # Run by Dynamo in the helper that called `op`: the logger itself (no op takes a
+    # Logger, and Dynamo cannot read its name: its tracker holds it), or the name
+    # logging.getLogger takes.
     value = ctx.get_local("logger")
     if not value.is_python_constant():
         tracked = value._i_will_not_complain_if_bc_breaks_VariableTracker()
         value = getattr(tracked, "realize", lambda: tracked)()
-    _gbfix_pin(ctx, _gbfix_log_op, value.as_python_constant() if value.is_python_constant() else value.value)
+    _gbfix_pin(ctx, op, value.as_python_constant() if value.is_python_constant() else value.value)
 
 
 def gbfix_log(logger, method, *args, template=False):
     # getattr(logger, method)(*args) in compiled graphs (`logger`: a logger or its
     # name). Strings, numbers (exact types), tensors and None go to the op; anything
     # else is logged here (Dynamo breaks). template: args[0] is an f-string's.
-    kinds = {str: "s", int: "n", float: "n", bool: "n", type(None): "-"}
-    values = args[1:] if template else args
-    of = "".join(["t" if isinstance(a, torch.Tensor) else kinds.get(type(a), "?") for a in values])
-    if torch.compiler.is_compiling() and "?" not in of:
-        texts = [a for a, k in zip(values, of) if k == "s"]
-        numbers = [a for a, k in zip(values, of) if k == "n"]
-        tensors = [a for a, k in zip(values, of) if k == "t"]
-        if template:
-            of, texts = "f" + of, [args[0], *texts]
-        _gbfix_log_op(-1, method, of, texts, numbers, tensors, _gbfix_sink)
+    packed = _gbfix_pack(args)
+    if torch.compiler.is_compiling() and packed is not None:
+        kinds, texts, numbers, tensors = packed
+        _gbfix_log_op(-1, method, ("f" if template else "") + kinds, texts, numbers, tensors, _gbfix_sink)
         torch._dynamo.comptime.comptime(_gbfix_log_logger)
     else:
         if logger is None or type(logger) is str:
             logger = logging.getLogger(logger)
-        getattr(logger, method)(*([args[0].format(*values)] if template else args))
-''', imports=(("logging", None), ("torch", None)), needs=(OPS.name,))
+        getattr(logger, method)(*([args[0].format(*args[1:])] if template else args))
+''', imports=(("logging", None), ("torch", None)), needs=(OPS.name, VALUES.name))
 
 # `if cond: raise exc(*args)` (raise-if, assert-to-raise-if): the test and the raise run
 # in an op at run time, so the exception is the original's, class and message; the op
@@ -234,3 +254,98 @@ def gbfix_raise_if(cond, exc, *message):
     if cond:
         raise exc(*[m() if callable(m) else m for m in message])
 ''', needs=(OPS.name,))
+
+# report-if: `if <tensor>: <print / warnings.warn / logger call>` as one call that
+# keeps the test and the report in the graph. Its op gets the tensor and tests it at
+# run time (Python's truth value, so a tensor of several elements raises as the `if`
+# did); only then does it make the message and report it. The message's values reach
+# the op by kind; a cast the message applied (`int(t)`, `float(t)`, `t.item()`:
+# `cast={0: "int"}`) is applied there too, at run time, only when the test holds. Eagerly (uncompiled, or a
+# value of another kind) the helper is the `if` it replaced.
+MESSAGE = piece("_gbfix_message", '''\
+_gbfix_cast_of = {"": lambda v: v, "int": int, "float": float, "item": lambda v: v.item()}
+_gbfix_if_schema = "Tensor cond, str fmt, bool percent, str[] casts, str kinds, str[] texts, Scalar[] numbers, Tensor[] tensors"
+
+
+def _gbfix_message(values, cast, percent):
+    # The values a message is made of (with percent, values[0] is the operand of `%`:
+    # a tuple's items), the cast of each ("", "int", "float" or "item", from `cast`:
+    # {index: cast}) and the values packed for an op.
+    values = values[0] if percent and type(values[0]) is tuple else values
+    casts = [(cast or {}).get(i, "") for i in range(len(values))]
+    return values, casts, _gbfix_pack(values)
+
+
+def _gbfix_cast(values, casts):
+    # The values with their casts applied: int(v), float(v), v.item().
+    return [_gbfix_cast_of[c](v) for v, c in zip(values, casts)]
+
+
+def _gbfix_text(fmt, values, casts, percent):
+    # The message: `fmt % tuple(values)` (percent) or fmt.format(*values), the values cast first.
+    values = _gbfix_cast(values, casts)
+    return fmt % tuple(values) if percent else fmt.format(*values)
+''', public=False, needs=(VALUES.name,))
+
+PRINT_IF = piece("gbfix_print_if", '''\
+def _gbfix_print_if_body(cond, fmt, percent, casts, kinds, texts, numbers, tensors, sink):
+    if cond:
+        print(_gbfix_text(fmt, _gbfix_unpack(kinds, texts, numbers, tensors), casts, percent))
+
+
+_gbfix_print_if_op = _gbfix_op("print_if", _gbfix_if_schema, _gbfix_print_if_body)
+
+
+def gbfix_print_if(cond, fmt, *values, cast=None, percent=False):
+    # `if cond: print(fmt.format(*values))` (percent: `fmt % values[0]`), in compiled
+    # graphs too: for a tensor cond the op tests it and prints at run time.
+    values, casts, packed = _gbfix_message(values, cast, percent)
+    if torch.compiler.is_compiling() and isinstance(cond, torch.Tensor) and packed is not None:
+        _gbfix_print_if_op(cond, fmt, percent, casts, *packed, _gbfix_sink)
+    elif cond:
+        print(_gbfix_text(fmt, values, casts, percent))  # gbfix: ignore[GB0059] (uncompiled)
+''', needs=(OPS.name, MESSAGE.name))
+
+WARN_IF = piece("gbfix_warn_if", '''\
+def _gbfix_warn_if_body(where, cond, fmt, percent, casts, kinds, texts, numbers, tensors, sink):
+    if cond:
+        _gbfix_warn_body(where, _gbfix_text(fmt, _gbfix_unpack(kinds, texts, numbers, tensors), casts, percent), sink)
+
+
+_gbfix_warn_if_op = _gbfix_op("warn_if", "int where, " + _gbfix_if_schema, _gbfix_warn_if_body)
+
+
+def gbfix_warn_if(cond, fmt, *values, cast=None, percent=False, category=UserWarning, stacklevel=1):
+    # `if cond: warnings.warn(<the text gbfix_print_if prints>, category, stacklevel)`,
+    # in compiled graphs too, from the caller's line, as gbfix_warn warns.
+    values, casts, packed = _gbfix_message(values, cast, percent)
+    if torch.compiler.is_compiling() and isinstance(cond, torch.Tensor) and packed is not None:
+        _gbfix_warn_if_op(-1, cond, fmt, percent, casts, *packed, _gbfix_sink)
+        torch._dynamo.comptime.comptime(lambda ctx: _gbfix_warn_place(ctx, _gbfix_warn_if_op))
+    elif cond:
+        warnings.warn(_gbfix_text(fmt, values, casts, percent), category, stacklevel + 1)  # gbfix: ignore[GB0007] (uncompiled)
+''', imports=(("warnings", None), ("torch", None)), needs=(WARN.name, MESSAGE.name))
+
+LOG_IF = piece("gbfix_log_if", '''\
+def _gbfix_log_if_body(logger, cond, method, template, casts, kinds, texts, numbers, tensors, sink):
+    if cond:
+        _gbfix_log_call(logger, method, _gbfix_cast(_gbfix_unpack(kinds, texts, numbers, tensors), casts), template)
+
+
+_gbfix_log_if_op = _gbfix_op(
+    "log_if",
+    "int logger, Tensor cond, str method, bool template, str[] casts, str kinds, str[] texts, Scalar[] numbers, Tensor[] tensors",
+    _gbfix_log_if_body,
+)
+
+
+def gbfix_log_if(cond, logger, method, *args, cast=None, template=False):
+    # `if cond: getattr(logger, method)(*args)`, in compiled graphs too: for a tensor
+    # cond the op tests it and logs at run time, as gbfix_log logs.
+    args, casts, packed = _gbfix_message(args, cast, False)
+    if torch.compiler.is_compiling() and isinstance(cond, torch.Tensor) and packed is not None:
+        _gbfix_log_if_op(-1, cond, method, template, casts, *packed, _gbfix_sink)
+        torch._dynamo.comptime.comptime(lambda ctx: _gbfix_log_logger(ctx, _gbfix_log_if_op))
+    elif cond:
+        gbfix_log(logger, method, *_gbfix_cast(args, casts), template=template)
+''', imports=(("torch", None),), needs=(LOG.name, MESSAGE.name))

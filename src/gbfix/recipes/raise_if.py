@@ -76,7 +76,7 @@ from gbfix.recipes.branch import (
     single,
     site_branch,
 )
-from gbfix.recipes.logging_call import helper_available, not_text_or_number, observed_owner
+from gbfix.recipes.logging_call import helper_fits, not_text_or_number, observed_owner
 from gbfix.recipes.print_call import has_fstring
 from gbfix.recipes.scalar import as_double, item_assert
 from gbfix.recipes.tree import walk
@@ -239,7 +239,7 @@ class RaiseRecipe(Recipe):
         node, args = found
         _not_guarded(ctx, node)
         Message.check(ctx, args)
-        if not helper_available(ctx, self.helper):
+        if not helper_fits(ctx, self.helper):
             return None
         self._plan = self.plan(ctx, node, Message.arguments(args))
         return node

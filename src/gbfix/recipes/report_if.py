@@ -1,0 +1,640 @@
+"""GB0170: an `if` on a tensor whose body only reports: a print, a warning, a log record.
+
+    if grad_norm > 10.0:                         ->  gbfix_print_if(grad_norm > 10.0, "iter {}: norm {:.3f}", it, grad_norm)
+        print(f"iter {it}: norm {grad_norm:.3f}")
+
+    if fully_masked.any():                       ->  pred = fully_masked.any()
+        warnings.warn(f"{int(fully_masked.sum())} rows")   gbfix_warn_if(pred, "{} rows", fully_masked.sum(), cast={0: "int"})
+
+    if aux > 2.0:                                ->  gbfix_log_if(aux > 2.0, "moe", "info", "high aux loss %.3f", aux)
+        logging.getLogger("moe").info("high aux loss %.3f", aux)
+
+Why: model code reports on what a tensor holds (a NaN, a collapsed router, a large
+gradient norm), and Dynamo ends the graph at the `if`, whose truth value is only known
+at run time. The branch recipes cannot take it: a report can neither run on both arms
+(torch.where) nor inside torch.cond. So the `if` and its report become one call of a
+helper (``op_helpers``: gbfix_print_if, gbfix_warn_if, gbfix_log_if) that hands the
+tensor and the message's values to an op of the graph. At run time the op tests the
+tensor with Python's truth value (a tensor of several elements raises as the `if` did)
+and only then makes the message and reports it: the same text (the values formatted
+there as the f-string, `%` or str.format would; `int(t)`, `float(t)` and `t.item()` in
+the message applied there, as ``cast``), on the same stream, in order with the graph's
+other reports (the op writes the sink of ``op_helpers``). Uncompiled the helper is the
+`if`: it tests the value and reports only then.
+
+Reports taken: the builtin ``print`` (as print-to-hop takes it), ``warnings.warn`` (as
+warn-to-op takes it), a Logger method (as logger-to-op takes it), and the gbfix_print /
+gbfix_warn / gbfix_log calls those recipes wrote in an earlier round. A warning names
+the line of its call, so each report stays on its line: where the `if` line would
+otherwise go, ``pred = <test>`` takes it (an `else:` line: ``torch.logical_not(pred)``),
+and the rewrite is declined where a warning would move. A Python part of the test stays
+an `if` around the rewrite (``SplitTest``).
+
+The message's values are now evaluated whenever the `if` runs, not only where its test
+holds: each must have no effect and raise no error (``_risk``): names bound before the
+`if`, attributes, literals, comparisons and `+ - *`, a few total tensor methods (`sum`,
+`any`, `isnan`, ...), or a part of the test itself. Declined: an `elif`, a body or `else:`
+with anything but reports, a Python part of the test after the tensor one (tested first,
+it would skip the tensor's truth value and its error), a test of several tensor operands
+not each shown to hold one element (``torch.logical_and`` would broadcast them).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import libcst as cst
+
+from gbfix import generated
+from gbfix.recipes import op_helpers
+from gbfix.recipes.analysis import (
+    COMPARISONS,
+    bound_before,
+    called,
+    is_builtin,
+    is_module_global,
+    is_torch_call,
+    pure,
+    qualified_names,
+    scope_of,
+)
+from gbfix.recipes.base import Decline, Recipe, Replacement, SiteContext
+from gbfix.recipes.branch import SplitTest, _bare, _is_elif, _static_value, fit, fresh, make_call, site_branch
+from gbfix.recipes.leaf_helpers import LOGGER_METHODS
+from gbfix.recipes.logging_call import (
+    LoggerToOp,
+    defines_helper,
+    helper_fits,
+    literal,
+    not_a_plain_value,
+    not_text_or_number,
+    observed_owner,
+)
+from gbfix.recipes.print_call import PrintToHop, format_fields, has_fstring, str_literal
+from gbfix.recipes.tree import variable_names, walk
+from gbfix.recipes.vocabulary import FULL_REDUCTIONS, words
+from gbfix.recipes.warn_call import WarnRecipe, _bind, _is_chain
+
+_PRINT, _WARN, _LOG = op_helpers.PRINT_IF.name, op_helpers.WARN_IF.name, op_helpers.LOG_IF.name
+# What an earlier round wrote for a report (print-to-op, warn-to-op, logger-to-op): its kind.
+_WRITTEN = {op_helpers.PRINT.name: "print", op_helpers.WARN.name: "warn", op_helpers.LOG.name: "log"}
+# Tensor methods and torch functions that raise for no tensor (no dtype or shape they
+# refuse) and have no effect: a message may evaluate them where the original did not.
+_TOTAL_METHODS = words("sum any all count_nonzero isnan isinf isfinite logical_not detach clone numel nelement dim")
+_TOTAL_TORCH = words("sum any all count_nonzero isnan isinf isfinite logical_not numel")
+_DIM_METHODS = words("sum any all count_nonzero")  # may take a dim: 0 and -1 exist in every tensor
+_SAFE_OPERATORS = (cst.Add, cst.Subtract, cst.Multiply, cst.BitAnd, cst.BitOr, cst.BitXor)
+# A `%` template: at least one conversion, and no mapping key (`%(name)s`): then
+# `fmt % x` is `fmt % (x,)` for any x that is no tuple, which the helpers rely on.
+_PERCENT_SPEC = re.compile(r"%[-#0 +]*(\d+|\*)?(\.(\d+|\*))?[diouxXeEfFgGcrsa]")
+_TRUE = cst.Name("True")
+
+
+@dataclass
+class _Report:
+    """One report of the `if`, as its conditional helper takes it."""
+
+    call: cst.Call  # as the `if` wrote it
+    helper: str  # gbfix_print_if / gbfix_warn_if / gbfix_log_if
+    head: list[cst.BaseExpression]  # the template (print, warn); the logger and the method (log)
+    values: list[cst.BaseExpression]  # the message's values (percent: the operand of `%`)
+    keywords: dict[str, cst.BaseExpression] = field(default_factory=dict)
+    cast: dict[int, str] = field(default_factory=dict)  # index of a value (a `%` tuple's item) -> its cast
+    star: int | None = None  # the index of a `*values` argument (a log call's)
+    line_bound: bool = False  # a warning naming the line of its call (stacklevel 1)
+
+
+class ReportIf(Recipe):
+    name = "report-if"
+    codes = ("GB0170",)
+    safety = "safe"
+    rule = "GB0170"
+    requires = frozenset({"register_fake"})
+    summary = (
+        "`if <tensor>: <print / warnings.warn / logger call>` -> gbfix_print_if / gbfix_warn_if / gbfix_log_if:"
+        " an op in the graph tests the tensor and reports at run time"
+    )
+
+    def observe(self, ctx: SiteContext) -> cst.FunctionDef | None:
+        """The function holding the `if`, when a report's argument is one of its
+        parameters: an uncompiled run tells text, numbers and tensors (what the op
+        takes) from anything else, and a warning's text from a Warning."""
+        try:
+            found = _report_if(ctx)
+        except Decline:
+            return None
+        names = (n for call in (found[2] if found else ()) for a in call.args for n in walk(a.value) if _read_whole(ctx, n))
+        return next(filter(None, (observed_owner(ctx, n) for n in names)), None)
+
+    def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
+        found = _report_if(ctx)
+        if found is None:
+            return None
+        if_node, test, calls = found
+        if isinstance(if_node.orelse, cst.If):
+            raise Decline("an `elif`: its test runs only where the `if`'s does not hold")
+        if if_node.orelse is not None and (test.prefix is not None or _is_elif(ctx, if_node)):
+            raise Decline("an `else:` after a Python part of the test, or after an `elif`")
+        if not test.leading:
+            raise Decline("a Python part of the test comes after the tensor one: tested first, it would skip the tensor's truth value")
+        why = _one_truth(test)
+        if why:
+            raise Decline(why)
+        self._tensors = _tensors(test)
+        reports = {id(c): self._report(ctx, c) for c in calls}
+        for r in reports.values():
+            if r.helper != _LOG:  # logger-to-op's match checked a log call's values
+                for value in _flat(r):
+                    why = None if any(value.deep_equals(t) for t in self._tensors) else not_a_plain_value(ctx, value)
+                    if why:
+                        raise Decline(f"`{ctx.code(value)}` in `{ctx.code(r.call)}` {why}: the op takes text, numbers, tensors and None")
+            for node in [*r.head, *r.values, *r.keywords.values()]:
+                why = _risk(ctx, node, if_node, test)
+                if why:
+                    raise Decline(f"`{ctx.code(node)}` in `{ctx.code(r.call)}` {why}: it would be evaluated where the test does not hold")
+        self._helpers = list(dict.fromkeys(r.helper for r in reports.values()))
+        if not all(helper_fits(ctx, h) for h in self._helpers):
+            return None
+        self._plan = self._layout(ctx, if_node, test, reports)
+        if self._torch and not generated.imports_torch(ctx.module):
+            raise Decline("the rewrite calls torch.logical_not, and the module does not import torch at module level")
+        return if_node
+
+    def rewrite(self, node: cst.CSTNode) -> Replacement | None:
+        for p in generated.closure(self._helpers):
+            self.need_helper(p.name, p.code)
+        if self._torch:
+            self.need_import("torch")
+        return self._plan
+
+    # --- each report as its helper takes it ---------------------------------------
+
+    def _report(self, ctx: SiteContext, call: cst.Call) -> _Report:
+        kind = _kind(ctx, call)
+        if kind == "print":
+            return self._print(ctx, call)
+        if kind == "warn":
+            return self._warn(ctx, call)
+        assert kind == "log"
+        return self._log(ctx, call)
+
+    def _print(self, ctx: SiteContext, call: cst.Call) -> _Report:
+        if isinstance(call.func, cst.Name) and call.func.value == op_helpers.PRINT.name:
+            args = call.args  # gbfix_print(fmt, *values): what print-to-op wrote
+            if not args or any(a.keyword or a.star for a in args) or not isinstance(args[0].value, cst.SimpleString):
+                raise Decline(f"`{ctx.code(call)}` is not a call print-to-op writes")
+            fmt: cst.BaseExpression = args[0].value
+            values = [a.value for a in args[1:]]
+        else:
+            hop = PrintToHop()
+            if _delegated(ctx, call, hop.anchor) is None:
+                raise Decline(f"`{ctx.code(call)}` is not a print print-to-hop takes")
+            fmt, *values = [a.value for a in hop.replacement().args]
+        r = _Report(call, _PRINT, [fmt], values)
+        percent = False
+        if isinstance(fmt, cst.SimpleString) and fmt.evaluated_value == "{!s}" and len(values) == 1:
+            # print(<a message>): a `%` or str.format of a literal is made at run time too
+            text, parts, percent = _message(ctx, call, values[0])
+            if text is not None:
+                r.head, r.values = [cst.SimpleString(str_literal(text))], parts
+        if percent:
+            r.keywords["percent"] = _TRUE
+        _casts(ctx, r, percent)
+        return r
+
+    def _warn(self, ctx: SiteContext, call: cst.Call) -> _Report:
+        written = isinstance(call.func, cst.Name) and call.func.value == op_helpers.WARN.name
+        if written or _delegated(ctx, call, WarnRecipe().match) is not None:
+            bound = _bind(call)  # gbfix_warn takes warnings.warn's parameters
+        else:
+            bound = None
+        if bound is None or "message" not in bound:
+            raise Decline(f"`{ctx.code(call)}`: a warning warn-to-op does not take (a Warning instance, a stacklevel that is no number, ...)")
+        category, stacklevel = bound.get("category"), bound.get("stacklevel")
+        if category is not None and not _is_chain(category.value):
+            raise Decline(f"`{ctx.code(call)}`: a category that is not a name")
+        level = 1
+        if stacklevel is not None:
+            level = int(stacklevel.value.value, 0) if isinstance(stacklevel.value, cst.Integer) else 0
+            if level < 1:
+                raise Decline(f"`{ctx.code(call)}`: a stacklevel that is no number from 1 up")
+        message = bound["message"].value
+        text, values, percent = _message(ctx, call, message)
+        if text is None:  # the message as it is: text (a Warning instance would bring its own category)
+            why = not_text_or_number(ctx, message)
+            if why:
+                raise Decline(f"the message `{ctx.code(message)}` {why}")
+            text, values = "{}", [message]
+        r = _Report(call, _WARN, [cst.SimpleString(str_literal(text))], values, line_bound=level == 1)
+        if percent:
+            r.keywords["percent"] = _TRUE
+        if category is not None:
+            r.keywords["category"] = category.value
+        if stacklevel is not None:
+            r.keywords["stacklevel"] = stacklevel.value
+        _casts(ctx, r, percent)
+        return r
+
+    def _log(self, ctx: SiteContext, call: cst.Call) -> _Report:
+        if isinstance(call.func, cst.Name):  # gbfix_log(logger, method, *args, template=...): what logger-to-op wrote
+            written = call
+        else:
+            recipe = LoggerToOp()
+            recipe.tensors = tuple(self._tensors)
+            if _delegated(ctx, call, recipe.match) is None:
+                raise Decline(f"`{ctx.code(call)}` is not a logger call logger-to-op takes (keyword arguments, ...)")
+            written = recipe.reroute(call)
+        positional = [a for a in written.args if a.keyword is None]
+        keywords = {a.keyword.value: a.value for a in written.args if a.keyword is not None}
+        if len(positional) < 3 or positional[0].star or positional[1].star or set(keywords) - {"template"}:
+            raise Decline(f"`{ctx.code(call)}` is not a call logger-to-op writes")
+        if any(a.star == "**" for a in positional):
+            raise Decline(f"`{ctx.code(call)}` has `**` arguments")
+        stars = [i for i, a in enumerate(positional[2:]) if a.star]
+        r = _Report(call, _LOG, [positional[0].value, positional[1].value], [a.value for a in positional[2:]])
+        r.star = stars[0] if len(stars) == 1 else None
+        if len(stars) > 1:
+            raise Decline(f"`{ctx.code(call)}` has several starred arguments")
+        if "template" in keywords:
+            r.keywords["template"] = keywords["template"]
+        _casts(ctx, r, False)
+        return r
+
+    # --- the rewrite ----------------------------------------------------------------
+
+    def _layout(self, ctx: SiteContext, if_node: cst.If, test: SplitTest, reports: dict[int, _Report]) -> Replacement:
+        """What goes in place of the `if`: each report made conditional, on the line it
+        was on (a warning names it)."""
+        (line, column), _ = ctx.file.span(if_node)
+        body, orelse = if_node.body, if_node.orelse
+        in_body = [reports[id(c)] for c in _calls(body)]
+        in_else = [reports[id(c)] for c in _calls(orelse.body)] if isinstance(orelse, cst.Else) else []
+        warns = any(r.line_bound for r in in_body + in_else)
+        if warns and ctx.file.span(if_node.test)[1][0] != line:
+            raise Decline("the test spans several lines: the warning would name another line")
+        cond: cst.BaseExpression = test.tensor
+        # torch.logical_* the rewrite writes (a `not`, an `else:`), where the test had no torch
+        self._torch = orelse is not None or "torch" in variable_names(cond) and "torch" not in variable_names(test.cond)
+        bind = test.prefix is None and not _is_elif(ctx, if_node) and isinstance(body, cst.IndentedBlock) and (len(reports) > 1 or warns)
+        if len(reports) > 1 and not bind and not pure(test.cond):
+            raise Decline("the test may have effects, and each report would evaluate it")
+        if test.prefix is not None or _is_elif(ctx, if_node):
+            block = self._block(body, cond, reports, column + 4)
+            if test.kind == "or":
+                # `if P or c: B` -> `if P: B` + `else: <B if c>`: the reports move to new lines
+                if warns:
+                    raise Decline("an `or` test: the warnings in its new `else:` would name other lines")
+                return if_node.with_changes(test=test.prefix, orelse=cst.Else(body=block))
+            if test.prefix is not None:  # `if P and c: B` -> `if P: <B if c>`, on the same lines
+                return if_node.with_changes(test=test.prefix, body=block)
+            return cst.Else(body=block, leading_lines=if_node.leading_lines)  # `elif c: B` -> `else: <B if c>`
+        lines: list[cst.SimpleStatementLine] = []
+        if bind:
+            # `pred = <test>` takes the `if` line: each report keeps its own
+            name = fresh(scope_of(ctx, if_node), "pred", set())
+            lines.append(_assign(name, cond, if_node.leading_lines, body.header))
+            cond = cst.Name(name)
+            lines += self._lines(body, cond, reports, column)
+        else:  # one print or log record (lines do not matter), or a one-line `if c: <reports>`
+            lines += self._lines(body, cond, reports, column)
+            header = [cst.EmptyLine(comment=body.header.comment)] if isinstance(body, cst.IndentedBlock) and body.header.comment else []
+            lines[0] = lines[0].with_changes(leading_lines=[*if_node.leading_lines, *header, *lines[0].leading_lines])
+            if isinstance(body, cst.SimpleStatementSuite):
+                lines[0] = lines[0].with_changes(trailing_whitespace=body.trailing_whitespace)
+        if isinstance(orelse, cst.Else):
+            negated: cst.BaseExpression = make_call("torch.logical_not", cond)
+            else_lines = self._lines(orelse.body, negated, reports, column)
+            if isinstance(orelse.body, cst.IndentedBlock):
+                if any(r.line_bound for r in in_else):
+                    if not isinstance(cond, cst.Name):
+                        raise Decline("an `else:` of warnings after a one-line `if`: the warnings would name other lines")
+                    # the `else:` line takes `not_pred = torch.logical_not(pred)`
+                    name = fresh(scope_of(ctx, if_node), "not_pred", {cond.value})
+                    else_lines = [_assign(name, negated, orelse.leading_lines, orelse.body.header)]
+                    else_lines += self._lines(orelse.body, cst.Name(name), reports, column)
+                else:
+                    header = [cst.EmptyLine(comment=orelse.body.header.comment)] if orelse.body.header.comment else []
+                    lead = [*orelse.leading_lines, *header, *else_lines[0].leading_lines]
+                    else_lines[0] = else_lines[0].with_changes(leading_lines=lead)
+            else:
+                else_lines[0] = else_lines[0].with_changes(leading_lines=orelse.leading_lines, trailing_whitespace=orelse.body.trailing_whitespace)
+            lines += else_lines
+        return lines[0] if len(lines) == 1 else cst.FlattenSentinel(lines)
+
+    def _block(self, suite: cst.BaseSuite, cond: cst.BaseExpression, reports: dict[int, _Report], column: int) -> cst.BaseSuite:
+        """``suite`` with each report made conditional, in place."""
+        if isinstance(suite, cst.SimpleStatementSuite):  # `if c: <reports>` stays one line
+            return suite.with_changes(body=[self._small(sm, cond, reports, None) for sm in suite.body])
+        assert isinstance(suite, cst.IndentedBlock)
+        return suite.with_changes(body=self._lines(suite, cond, reports, column))
+
+    def _lines(self, suite: cst.BaseSuite, cond: cst.BaseExpression, reports: dict[int, _Report], column: int) -> list[cst.SimpleStatementLine]:
+        """The lines of an arm, each report made conditional (comments and line ends kept)."""
+        if isinstance(suite, cst.SimpleStatementSuite):  # one line, as it was
+            return [cst.SimpleStatementLine(body=[self._small(sm, cond, reports, None) for sm in suite.body])]
+        out = []
+        for stmt in suite.body:
+            assert isinstance(stmt, cst.SimpleStatementLine)  # _report_if took only such lines
+            out.append(stmt.with_changes(body=[self._small(sm, cond, reports, column) for sm in stmt.body]))
+        return out
+
+    def _small(self, small: cst.BaseSmallStatement, cond: cst.BaseExpression, reports: dict[int, _Report], column: int | None) -> cst.BaseSmallStatement:
+        """The conditional call of the report ``small`` makes, laid out one argument a line
+        when it is long (not on a one-line `if`: ``column`` None)."""
+        assert isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)
+        r = reports[id(small.value)]
+        args = [cst.Arg(_bare(cond)), *(cst.Arg(h) for h in r.head)]
+        args += [cst.Arg(v, star="*" if i == r.star else "") for i, v in enumerate(r.values)]
+        keywords = dict(r.keywords)
+        if r.cast:
+            items = [cst.DictElement(cst.Integer(str(i)), cst.SimpleString(f'"{c}"')) for i, c in sorted(r.cast.items())]
+            keywords = {"cast": cst.Dict(items), **keywords}
+        equal = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
+        args += [cst.Arg(v, keyword=cst.Name(k), equal=equal) for k, v in keywords.items()]
+        small = small.with_changes(value=cst.Call(cst.Name(r.helper), args))
+        return small if column is None else fit(small, column)
+
+
+def _read_whole(ctx: SiteContext, node: cst.CSTNode) -> bool:
+    """A name whose own value a report takes (not `self` in `self.logger`, not a callee)."""
+    up = ctx.file.parent(node)
+    return isinstance(node, cst.Name) and not (isinstance(up, cst.Attribute) and up.value is node) and not (
+        isinstance(up, cst.Call) and up.func is node
+    )
+
+
+def _delegated(ctx: SiteContext, call: cst.Call, match: Callable[[SiteContext], cst.CSTNode | None]) -> cst.CSTNode | None:
+    """What the recipe of the report's own break (print-to-hop, warn-to-op, logger-to-op)
+    makes of ``call``; its reason, with the call, when it declines."""
+    try:
+        return match(replace(ctx, node=call))
+    except Decline as why:
+        raise Decline(f"`{ctx.code(call)}`: {why}") from None
+
+
+def _assign(name: str, value: cst.BaseExpression, leading: tuple[cst.EmptyLine, ...] | list[cst.EmptyLine], header: cst.TrailingWhitespace) -> cst.SimpleStatementLine:
+    """`name = value` on the line of an `if` or an `else:` (its comments kept)."""
+    return cst.SimpleStatementLine(
+        [cst.Assign([cst.AssignTarget(cst.Name(name))], _bare(value))], leading_lines=leading, trailing_whitespace=header
+    )
+
+
+# --- what the `if` holds --------------------------------------------------------------
+
+
+def _report_if(ctx: SiteContext) -> tuple[cst.If, SplitTest, list[cst.Call]] | None:
+    """The site's `if`, its test, and the report calls of its arms; None when no arm
+    reports; ``Decline`` when an arm does anything else too."""
+    found = site_branch(ctx)
+    if found is None or not isinstance(found[0], cst.If):
+        return None
+    if_node, test = found[0], found[1]
+    arms = [if_node.body] + ([if_node.orelse.body] if isinstance(if_node.orelse, cst.Else) else [])
+    statements = [s for arm in arms if isinstance(arm, cst.IndentedBlock) for s in arm.body]
+    smalls = [sm for arm in arms for sm in _smalls(arm)]
+    reports = [sm.value for sm in smalls if isinstance(sm, cst.Expr) and isinstance(sm.value, cst.Call) and _kind(ctx, sm.value)]
+    if not reports:
+        return None
+    compound = next((s for s in statements if not isinstance(s, cst.SimpleStatementLine)), None)
+    other = next((sm for sm in smalls if not (isinstance(sm, cst.Expr) and any(sm.value is c for c in reports))), None)
+    if compound is not None or other is not None:
+        shown = ctx.code(other).strip() if other is not None else ctx.code(compound).splitlines()[0].strip()
+        raise Decline(f"the `if` does more than report: `{shown}`")
+    return if_node, test, reports
+
+
+def _smalls(suite: cst.BaseSuite) -> list[cst.BaseSmallStatement]:
+    if isinstance(suite, cst.SimpleStatementSuite):
+        return list(suite.body)
+    return [sm for line in suite.body if isinstance(line, cst.SimpleStatementLine) for sm in line.body]
+
+
+def _calls(suite: cst.BaseSuite) -> list[cst.Call]:
+    return [sm.value for sm in _smalls(suite) if isinstance(sm, cst.Expr) and isinstance(sm.value, cst.Call)]
+
+
+def _kind(ctx: SiteContext, call: cst.Call) -> str | None:
+    """"print", "warn" or "log" for a report call, or one an earlier round wrote; else None."""
+    func = call.func
+    if isinstance(func, cst.Name):
+        if func.value == "print" and is_builtin(ctx, func):
+            return "print"
+        if func.value in _WRITTEN and is_module_global(ctx, func) and defines_helper(ctx, func.value):
+            return _WRITTEN[func.value]
+    if qualified_names(ctx, func) == {"warnings.warn"}:
+        return "warn"
+    if isinstance(func, cst.Attribute) and func.attr.value in LOGGER_METHODS:
+        return "log"
+    return None
+
+
+def _tensors(test: SplitTest) -> list[cst.BaseExpression]:
+    """What the test shows to be tensors: its tensor operands (Dynamo broke on them, or
+    their shape shows it), and the one operand of such a comparison that is not a Python
+    value (`aux` in `aux > 2.0`)."""
+    out = []
+    for leaf in _leaves(test.cond):
+        out.append(leaf)
+        if isinstance(leaf, cst.Comparison):
+            parts = [_bare(p) for p in (leaf.left, *(c.comparator for c in leaf.comparisons))]
+            rest = [p for p in parts if not _static_value(p)]
+            out += rest if len(rest) == 1 else []
+    return out
+
+
+def _flat(r: _Report) -> list[cst.BaseExpression]:
+    """The values the helper gets one by one (a `%` tuple's items)."""
+    if r.keywords.get("percent") is _TRUE and isinstance(r.values[0], cst.Tuple):
+        return [el.value for el in r.values[0].elements]
+    return list(r.values)
+
+
+def _one_truth(test: SplitTest) -> str | None:
+    """Why the tensor condition may have another truth value than the test, or None. A
+    test of several tensor operands (`a.any() and b.all()`, `lo < t < hi`) becomes one
+    elementwise ``torch.logical_*``, whose truth value is Python's where each operand
+    holds one element: where one holds several, Python raises (or short-circuits past
+    it) and the broadcast one may not."""
+    leaves = _leaves(test.cond)
+    if len(leaves) == 1 and not (isinstance(leaves[0], cst.Comparison) and len(leaves[0].comparisons) > 1):
+        return None
+    pairs: list[cst.BaseExpression] = []
+    for leaf in leaves:
+        if isinstance(leaf, cst.Comparison) and len(leaf.comparisons) > 1:
+            every = [leaf.left, *(c.comparator for c in leaf.comparisons)]
+            pairs += [cst.Comparison(a, [c.with_changes(comparator=b)]) for a, b, c in zip(every, every[1:], leaf.comparisons)]
+        else:
+            pairs.append(leaf)
+    if all(_single(p) for p in pairs):
+        return None
+    return "a test of several tensor operands not each shown to hold one element (torch.logical_and would broadcast them)"
+
+
+def _leaves(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The operands of a test's `and` / `or` / `not`."""
+    expr = _bare(expr)
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+        return _leaves(expr.expression)
+    if isinstance(expr, cst.BooleanOperation):
+        return _leaves(expr.left) + _leaves(expr.right)
+    return [expr]
+
+
+def _single(expr: cst.BaseExpression) -> bool:
+    """A tensor of one element whatever its inputs: a full reduction (`x.any()`,
+    `torch.isnan(x).any()`, `x.abs().max()`), its negation, or its comparison with
+    another or with a Python number."""
+    expr = _bare(expr)
+    if isinstance(expr, cst.UnaryOperation):
+        return _single(expr.expression)
+    if isinstance(expr, cst.Call):
+        recv, name = called(expr)
+        if name not in FULL_REDUCTIONS or any(a.keyword is not None or a.star for a in expr.args):
+            return False
+        return len(expr.args) == 1 if is_torch_call(expr) else recv is not None and not expr.args
+    if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1 and isinstance(expr.comparisons[0].operator, COMPARISONS):
+        a, b = expr.left, expr.comparisons[0].comparator
+        return (_single(a) and (_single(b) or _static_value(b))) or (_static_value(a) and _single(b))
+    return False
+
+
+# --- the message ----------------------------------------------------------------------
+
+
+def _message(ctx: SiteContext, call: cst.Call, node: cst.BaseExpression) -> tuple[str | None, list[cst.BaseExpression], bool]:
+    """A message as (a template made at run time, its values, whether it is a `%` one);
+    the template None for a message that is no f-string, literal, or `%` / str.format of
+    a literal."""
+    if has_fstring(node):
+        found = format_fields(ctx, call, node)
+        if found is None:
+            raise Decline(f"`{ctx.code(node)}`: an f-string field the op cannot format (a nested format spec, a value it cannot take)")
+        return found[0], found[1], False
+    text = literal(ctx, node)
+    if isinstance(text, str):
+        return text.replace("{", "{{").replace("}", "}}"), [], False
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo) and not has_fstring(node.left):
+        fmt = literal(ctx, node.left)
+        if isinstance(fmt, str):
+            if "%(" in fmt or not _PERCENT_SPEC.search(fmt.replace("%%", "")):
+                raise Decline(f"`{ctx.code(node)}`: a `%` template with a mapping key, or with no conversion")
+            return fmt, [node.right], True
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "format":
+        fmt = literal(ctx, node.func.value)
+        if isinstance(fmt, str) and not has_fstring(node.func.value):
+            if any(a.keyword is not None or a.star for a in node.args):
+                raise Decline(f"`{ctx.code(node)}`: str.format with keyword or starred arguments")
+            return fmt, [a.value for a in node.args], False
+    return None, [], False
+
+
+def _casts(ctx: SiteContext, r: _Report, percent: bool) -> None:
+    """Moves `int(t)`, `float(t)` and `t.item()` among the report's values to run time:
+    the value becomes `t`, and ``r.cast`` names the cast at the value's index among
+    those the helper formats (a `%` tuple's items; a log call's arguments, its message
+    first)."""
+    if percent and isinstance(r.values[0], cst.Tuple):
+        tup = r.values[0]
+        if any(isinstance(el, cst.StarredElement) for el in tup.elements):
+            return
+        elements = []
+        for i, el in enumerate(tup.elements):
+            value, cast = _uncast(ctx, el.value)
+            if cast:
+                r.cast[i] = cast
+            elements.append(el.with_changes(value=value))
+        r.values[0] = tup.with_changes(elements=elements)
+        return
+    for i, v in enumerate(r.values):
+        value, cast = _uncast(ctx, v)
+        if cast is not None:
+            if r.star is not None and i >= r.star:
+                raise Decline(f"`{ctx.code(v)}` is at or after a starred argument: its index among the values is not known")
+            r.values[i], r.cast[i] = value, cast
+
+
+def _uncast(ctx: SiteContext, node: cst.BaseExpression) -> tuple[cst.BaseExpression, str | None]:
+    """(`t`, "int") for `int(t)` (the builtin), "float" for `float(t)`, "item" for
+    `t.item()`; else (``node``, None)."""
+    if isinstance(node, cst.Call):
+        recv, name = called(node)
+        if recv is None and name in ("int", "float") and len(node.args) == 1 and is_builtin(ctx, node.func):
+            if node.args[0].keyword is None and not node.args[0].star:
+                return node.args[0].value, name
+        if recv is not None and name == "item" and not node.args:
+            return recv, "item"
+    return node, None
+
+
+# --- evaluated where the original did not -----------------------------------------------
+
+
+def _risk(ctx: SiteContext, node: cst.BaseExpression, at: cst.If, test: SplitTest) -> str | None:
+    """What may happen when ``node`` is evaluated whenever the `if` runs, where the
+    original evaluated it only where the test held: an effect or an error; None when
+    nothing can. A part of the test with no effect may raise: the test, evaluated
+    first, raised there already."""
+    seen = [n for n in walk(test.cond) if isinstance(n, cst.BaseExpression) and not isinstance(n, cst.Name) and pure(n)]
+    return _risk_in(ctx, node, at, seen)
+
+
+def _risk_in(ctx: SiteContext, node: cst.BaseExpression, at: cst.If, seen: list[cst.BaseExpression]) -> str | None:
+    if any(type(s) is type(node) and s.deep_equals(node) for s in seen):
+        return None  # the test computed it already
+    if isinstance(node, cst.Name):
+        if node.value in ("True", "False", "None") or bound_before(ctx, node.value, at):
+            return None
+        return f"reads `{node.value}`, which may not be bound there"
+    if isinstance(node, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString)):
+        return None
+    if isinstance(node, cst.Attribute):
+        return _risk_in(ctx, node.value, at, seen)
+    if isinstance(node, (cst.Tuple, cst.List)):
+        return next(filter(None, (_risk_in(ctx, el.value, at, seen) for el in node.elements)), None)
+    if isinstance(node, cst.BinaryOperation) and not isinstance(node.operator, _SAFE_OPERATORS):
+        return "divides or shifts, which may raise"
+    if isinstance(node, cst.Comparison) and not all(isinstance(c.operator, (*COMPARISONS, cst.Is, cst.IsNot)) for c in node.comparisons):
+        return "tests membership, which may raise"
+    if isinstance(node, (cst.UnaryOperation, cst.BooleanOperation, cst.Comparison, cst.BinaryOperation)):
+        parts = [c for c in node.children if isinstance(c, cst.BaseExpression)]
+        parts += [c.comparator for c in node.comparisons] if isinstance(node, cst.Comparison) else []
+        return next(filter(None, (_risk_in(ctx, p, at, seen) for p in parts)), None)
+    if isinstance(node, cst.Call) and _total(ctx, node):
+        inner = [a.value for a in node.args] + ([node.func.value] if isinstance(node.func, cst.Attribute) else [])
+        return next(filter(None, (_risk_in(ctx, p, at, seen) for p in inner)), None)
+    if isinstance(node, cst.Call):
+        return f"calls `{ctx.code(node.func)}`, which may have effects or raise"
+    if isinstance(node, cst.Subscript):
+        return "indexes"
+    return "may have effects or raise"
+
+
+def _total(ctx: SiteContext, call: cst.Call) -> bool:
+    """A call with no effect that raises for no value of its arguments: a total tensor
+    method or torch function (a dim only 0 or -1), `str` / `repr` / `tuple` / `list` of
+    a shape."""
+    if any(a.keyword is not None or a.star for a in call.args):
+        return False
+    recv, name = called(call)
+    if is_torch_call(call):
+        return name in _TOTAL_TORCH and len(call.args) == 1
+    if recv is not None:
+        dim = len(call.args) == 1 and name in _DIM_METHODS and _end_dim(call.args[0].value)
+        return name in _TOTAL_METHODS and (not call.args or dim)
+    if name not in ("str", "repr", "tuple", "list") or len(call.args) != 1 or not is_builtin(ctx, call.func):
+        return False
+    arg = call.args[0].value
+    if isinstance(arg, cst.Call) and called(arg)[1] in ("tuple", "list") and name in ("str", "repr"):
+        return _total(ctx, arg)
+    size = isinstance(arg, cst.Call) and called(arg)[1] == "size" and called(arg)[0] is not None and not arg.args
+    return size or (isinstance(arg, cst.Attribute) and arg.attr.value == "shape")
+
+
+def _end_dim(node: cst.BaseExpression) -> bool:
+    """0 or -1: a dim every tensor has (a 0-dim one too)."""
+    return cst.Module([]).code_for_node(node).replace(" ", "") in ("0", "-1")
+
+
+RECIPES = (ReportIf,)
