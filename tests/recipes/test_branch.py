@@ -2050,3 +2050,15 @@ def test_a_selected_divisor_keeps_values_and_gradients_where_the_divisor_is_zero
         assert results[0] == results[1] == results[2], mask
         if not mask.any():
             assert any(g != g for g in results[3][1])  # what the select of the quotient would have given: NaN
+
+
+def test_two_comparisons_of_a_name_bound_to_a_tensor_are_tensor_tests():
+    """`if r == 0 or r == 1:` with `r = x.mean()`: no operand has a call, and Dynamo's
+    column does not say which one broke; the binding shows r is a tensor. With r a
+    parameter nothing shows, the test is not taken."""
+    source = "def f(x):\n    r = x.mean()\n    if r == 0 or r == 1:\n        x = x * 2\n    return x\n"
+    assert fix(source, BranchToWhere, "r == 0 or r == 1") == body(
+        "def f(x):\n    r = x.mean()\n    x = torch.where(torch.logical_or(r == 0, r == 1), x * 2, x)\n    return x\n"
+    )
+    unknown = "def f(x, r):\n    x.sum()\n    if r == 0 or r == 1:\n        x = x * 2\n    return x\n"
+    assert fix(unknown, BranchToWhere, "r == 0 or r == 1") is None

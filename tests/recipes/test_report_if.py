@@ -1009,3 +1009,25 @@ def test_no_torch_written_into_a_module_that_keeps_it_optional(pkg):
         source = f"def step(x):\n    import torch\n    if {test}:\n        print('bad')\n    return x\n"
         out = rewrite_at(source, ReportIf, *_site(source, test), "GB0170", path=pkg)
         assert out is not None and "\nimport torch" not in out and "gbfix_print_if(" in out
+
+
+def test_an_or_of_two_comparisons_of_a_reduction_bound_to_a_name():
+    """`pos_rate = labels.mean()` then `if pos_rate == 0 or pos_rate == 1:` (blind probe
+    dlrm_embbag): neither operand has a call, so the break does not tell which one is a
+    tensor; the name's binding shows both are, and each holds one element."""
+    from gbfix.recipes.report_if import ReportIf
+    from tests.helpers import rewrite_at
+
+    source = (
+        "import logging\n\nimport torch\n\nlog = logging.getLogger('dlrm')\n\n\n"
+        "def f(logits, labels):\n"
+        "    pos_rate = labels.mean()\n"
+        "    if pos_rate == 0 or pos_rate == 1:\n"
+        "        log.warning('batch has a single class; AUC undefined')\n"
+        "    return logits\n"
+    )
+    line = 10
+    fixed = rewrite_at(source, ReportIf, line, 7, 37, "GB0170")
+    assert fixed is not None
+    assert "torch.logical_or(pos_rate == 0, pos_rate == 1)" in fixed
+    assert "if pos_rate" not in fixed

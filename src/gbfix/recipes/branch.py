@@ -218,19 +218,20 @@ def _tensor_valued(call: cst.Call) -> bool:
     return called(call)[1] in FULL_REDUCTIONS | _BOOL_CALLS | _ELEMENTWISE.keys()
 
 
-def tensor_cond(expr: cst.BaseExpression, known: bool) -> cst.BaseExpression | None:
+def tensor_cond(expr: cst.BaseExpression, known: bool, tensors: Set[str] = frozenset()) -> cst.BaseExpression | None:
     """``expr`` as a tensor expression with the same truth value, or None.
 
     ``known``: the break proves ``expr`` is a tensor (it is the only operand of
     the test that is not static). Otherwise it must show it is one by its shape
-    (a comparison involving a call, or a boolean-valued call).
+    (a comparison involving a call or one of ``tensors``, names the scope shows to be
+    tensors; or a boolean-valued call).
     """
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
-        inner = tensor_cond(expr.expression, known)
+        inner = tensor_cond(expr.expression, known, tensors)
         return inner and make_call("torch.logical_not", inner)
     if isinstance(expr, cst.BooleanOperation):
         # Python short-circuits; the tensor form evaluates both sides, so both must be pure.
-        left, right = tensor_cond(expr.left, False), tensor_cond(expr.right, False)
+        left, right = tensor_cond(expr.left, False, tensors), tensor_cond(expr.right, False, tensors)
         if left is None or right is None or not pure(expr):
             return None
         op = "and" if isinstance(expr.operator, cst.And) else "or"
@@ -247,14 +248,17 @@ def tensor_cond(expr: cst.BaseExpression, known: bool) -> cst.BaseExpression | N
                 cst.Comparison(left=_bare(a), comparisons=[c.with_changes(comparator=_bare(b))])
                 for a, b, c in zip(parts, parts[1:], expr.comparisons)
             ]
-            conds = [tensor_cond(pair, known) for pair in pairs]
+            conds = [tensor_cond(pair, known, tensors) for pair in pairs]
             if any(c is None for c in conds):
                 return None
             out = conds[0]
             for c in conds[1:]:
                 out = make_call("torch.logical_and", out, c)
             return out
-        return expr if known or contains(expr, cst.Call, _tensor_valued) else None
+        operands = [expr.left, *(c.comparator for c in expr.comparisons)]
+        if known or contains(expr, cst.Call, _tensor_valued) or any(name_of(o) in tensors for o in operands):
+            return expr
+        return None
     if known:
         return expr
     if isinstance(expr, cst.Call) and called(expr)[1] in _BOOL_CALLS:
@@ -286,14 +290,15 @@ def _join(ops: Sequence[cst.BaseExpression], op: type) -> cst.BaseExpression:
     return out
 
 
-def _split_test(if_node: cst.If | cst.IfExp) -> SplitTest | None:
+def _split_test(if_node: cst.If | cst.IfExp, known_tensors: Set[str] = frozenset()) -> SplitTest | None:
     """Split the test into Python and tensor operands. Which operand broke is not
     told reliably (CPython 3.11 puts every jump of an `and` chain on its first
     operand), so operands are told apart by their shape: the leading ones without
     calls were evaluated before any tensor, as in the original (unless all are
     call-free: then the one that is not ``static`` broke); later ones must be
     ``static`` and ``_safe_early``. With one tensor operand left the break proves
-    it is a tensor; with several, each must show it."""
+    it is a tensor; with several, each must show it (``known_tensors``: names the
+    scope shows to be tensors)."""
     op = cst.Or if len(operands(if_node.test, cst.Or)) > 1 else cst.And
     ops = operands(if_node.test, op)
 
@@ -310,12 +315,13 @@ def _split_test(if_node: cst.If | cst.IfExp) -> SplitTest | None:
     python = python_operands(next((i for i, o in enumerate(ops) if _has_call(o) and not static(o)), len(ops)))
     if len(python) == len(ops):  # `if has_pad:`, `if flag and self.training:`: the one non-static operand broke
         python = python_operands(next((i for i, o in enumerate(ops) if not static(o)), len(ops)))
-        if len(python) != len(ops) - 1:
-            return None
+        rest = [o for i, o in enumerate(ops) if i not in python]
+        if len(rest) != 1 and not (rest and all(variable_names(o) & known_tensors for o in rest)):
+            return None  # several operands of unknown kind: which one broke is not told
     tensors = [o for i, o in enumerate(ops) if i not in python]
     if len(tensors) > 1 and not all(pure(o) for o in tensors):
         return None
-    converted = [tensor_cond(o, len(tensors) == 1) for o in tensors]
+    converted = [tensor_cond(o, len(tensors) == 1, known_tensors) for o in tensors]
     if any(c is None for c in converted):
         return None
     tensor = converted[0]
@@ -343,8 +349,19 @@ def site_branch(ctx: SiteContext) -> tuple[cst.If | cst.IfExp, SplitTest] | None
             prev = anc
         if found is None:
             return None
-    test = _split_test(found)
+    scope = scope_of(ctx, found)
+    shown = {n for n in variable_names(found.test) if _tensor_name(n, scope)}
+    test = _split_test(found, shown)
     return (found, test) if test else None
+
+
+def _tensor_name(name: str, scope: cst.CSTNode) -> bool:
+    """The scope calls a tensor method on ``name``, or binds it once to a torch call or
+    to a reduction, map, cast or view of such a name (`pos_rate = labels.mean()`)."""
+    if tensor_evidence(name, scope):
+        return True
+    value = single_binding(scope, name)
+    return isinstance(value, cst.Call) and (is_torch_call(value) or _method_of_tensor(value, scope))
 
 
 # ---------------------------------------------------------------- scope

@@ -41,6 +41,7 @@ not each shown to hold one element (``torch.logical_and`` would broadcast them).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -59,6 +60,7 @@ from gbfix.recipes.analysis import (
     pure,
     qualified_names,
     scope_of,
+    single_binding,
 )
 from gbfix.recipes.base import Decline, Recipe, Replacement, SiteContext
 from gbfix.recipes.branch import SplitTest, _bare, _is_elif, _static_value, fit, fresh, make_call, site_branch
@@ -139,7 +141,7 @@ class ReportIf(Recipe):
             raise Decline("an `else:` after a Python part of the test, or after an `elif`")
         if not test.leading:
             raise Decline("a Python part of the test comes after the tensor one: tested first, it would skip the tensor's truth value")
-        why = _one_truth(test)
+        why = _one_truth(test, scope_of(ctx, if_node))
         if why:
             raise Decline(why)
         self._tensors = _tensors(test)
@@ -451,7 +453,7 @@ def _flat(r: _Report) -> list[cst.BaseExpression]:
     return list(r.values)
 
 
-def _one_truth(test: SplitTest) -> str | None:
+def _one_truth(test: SplitTest, scope: cst.CSTNode) -> str | None:
     """Why the tensor condition may have another truth value than the test, or None. A
     test of several tensor operands (`a.any() and b.all()`, `lo < t < hi`) becomes one
     elementwise ``torch.logical_*``, whose truth value is Python's where each operand
@@ -467,7 +469,7 @@ def _one_truth(test: SplitTest) -> str | None:
             pairs += [cst.Comparison(a, [c.with_changes(comparator=b)]) for a, b, c in zip(every, every[1:], leaf.comparisons)]
         else:
             pairs.append(leaf)
-    if all(_single(p) for p in pairs):
+    if all(_single(p, scope) for p in pairs):
         return None
     return "a test of several tensor operands not each shown to hold one element (torch.logical_and would broadcast them)"
 
@@ -482,13 +484,17 @@ def _leaves(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
     return [expr]
 
 
-def _single(expr: cst.BaseExpression) -> bool:
+def _single(expr: cst.BaseExpression, scope: cst.CSTNode, _depth: int = 0) -> bool:
     """A tensor of one element whatever its inputs: a full reduction (`x.any()`,
-    `torch.isnan(x).any()`, `x.abs().max()`), its negation, or its comparison with
-    another or with a Python number."""
+    `torch.isnan(x).any()`, `x.abs().max()`), a name bound once to one
+    (`pos_rate = labels.mean()`), its negation, or its comparison with another or
+    with a Python number."""
     expr = _bare(expr)
+    if isinstance(expr, cst.Name) and _depth < 4:
+        value = single_binding(scope, expr.value)
+        return value is not None and _single(value, scope, _depth + 1)
     if isinstance(expr, cst.UnaryOperation):
-        return _single(expr.expression)
+        return _single(expr.expression, scope, _depth)
     if isinstance(expr, cst.Call):
         recv, name = called(expr)
         if name not in FULL_REDUCTIONS or any(a.keyword is not None or a.star for a in expr.args):
@@ -496,7 +502,8 @@ def _single(expr: cst.BaseExpression) -> bool:
         return len(expr.args) == 1 if is_torch_call(expr) else recv is not None and not expr.args
     if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1 and isinstance(expr.comparisons[0].operator, COMPARISONS):
         a, b = expr.left, expr.comparisons[0].comparator
-        return (_single(a) and (_single(b) or _static_value(b))) or (_static_value(a) and _single(b))
+        one = functools.partial(_single, scope=scope, _depth=_depth)
+        return (one(a) and (one(b) or _static_value(b))) or (_static_value(a) and one(b))
     return False
 
 
