@@ -46,8 +46,9 @@ EXAMPLE = ["--dry-run", "--entry", "python examples/tinylm/train.py", "examples/
 # What depends on the torch release: the child's hooks into Dynamo and the GB codes it reads
 # (detect), recipes whose tests compile for real (numpy_scalar, guarded_index) beside the
 # static recipe tests of the commonest codes (print/log/warn, item, branches), the ops the
-# print/log/warn helpers define (order, FX graph cache), the verifier's verdicts, the
-# dry-run/--apply path end to end, and fullgraph: 545 tests, 2.5 to 10 minutes on 2 shared cores.
+# print/log/warn helpers define (order, FX graph cache), the run-time ops of report-if and
+# raise-if (their real runs on eager and inductor: the exception, the warning's line), the
+# verifier's verdicts, the dry-run/--apply path end to end, and fullgraph.
 SUBSET = [
     "tests/test_detect.py",
     "tests/recipes/test_print_logging.py",
@@ -55,6 +56,8 @@ SUBSET = [
     "tests/recipes/test_branch.py",
     "tests/recipes/test_numpy_scalar.py",
     "tests/recipes/test_guarded_index.py",
+    "tests/recipes/test_report_if.py",
+    "tests/recipes/test_raise_if.py",
     "tests/test_op_helpers.py",
     "tests/test_verifier.py",
     "tests/test_cli_apply.py",
