@@ -294,6 +294,18 @@ def test_homes(tmp_path: Path):
     # an edit that adds `import torch` to the module anyway keeps the helpers in it
     assert generated.home(folder / "compat.py", cst.parse_module(SOURCE), adds_torch=True) is None
     assert generated.home(folder / "compat.py", cst.parse_module(SOURCE)) == generated.Home(folder / "_gbfix_compat.py", 0)
+    # the generated modules on disk that edits of some files would extend (what the cache keys on)
+    pkg = tmp_path / "pkg" / "sub"
+    pkg.mkdir(parents=True)
+    for d in (pkg, pkg.parent):
+        (d / "__init__.py").write_text("")
+    assert generated.homes([folder / "compat.py", pkg / "m.py"]) == set()
+    (folder / "_gbfix_compat.py").write_bytes(generated.render({"gbfix_warn"}, "compat"))
+    (pkg.parent / "_gbfix.py").write_bytes(generated.render({"gbfix_warn"}))
+    (folder / "_gbfix_other.py").write_text("X = 1\n")  # not gbfix's
+    assert generated.homes([folder / "compat.py", folder / "other.py", pkg / "m.py", folder / "_gbfix_compat.py"]) == {
+        folder / "_gbfix_compat.py", pkg.parent / "_gbfix.py"
+    }
 
 
 def test_a_file_of_that_name_gbfix_did_not_write_is_left_alone(tmp_path: Path):
