@@ -123,8 +123,9 @@ def test_a_module_without_torch_imports_its_helper_where_it_runs(tmp_path: Path)
     source = 'import warnings\n\n\ndef deprecated():\n    """Warn once."""\n    warnings.warn("old is deprecated")\n'
     out = rewrite_line(source, WarnToOp, "warnings.warn(", "GB0007", path=tmp_path / "compat.py")
     assert out == 'import warnings\n\n\ndef deprecated():\n    """Warn once."""\n    from ._gbfix import gbfix_warn\n    gbfix_warn("old is deprecated")\n'
-    # outside a package the helper would come with its own `import torch`: declined
-    assert rewrite_line(source, WarnToOp, "warnings.warn(", "GB0007") is None
+    # outside a package: the generated module beside it, imported by its name
+    out = rewrite_line(source, WarnToOp, "warnings.warn(", "GB0007", path=tmp_path / "plain" / "compat.py")
+    assert out == 'import warnings\n\n\ndef deprecated():\n    """Warn once."""\n    from _gbfix_compat import gbfix_warn\n    gbfix_warn("old is deprecated")\n'
 
 
 def test_a_module_in_a_subpackage_imports_from_the_top_package(tmp_path: Path):

@@ -34,7 +34,8 @@ def apply(parsed: ParsedFile, edits: Iterable[Edit]) -> bytes:
     Untouched lines stay byte-identical: LibCST round-trips formatting,
     comments, line endings and the declared encoding. The helpers the edits
     call go to the package's generated module (``gbfix.generated``), which the
-    file imports them from, or else into the file.
+    file imports them from (a plain module that does not import torch: the generated
+    module beside it, ``generated.beside``), or else into the file.
     """
     edits = list(edits)
     if not edits:
@@ -43,7 +44,8 @@ def apply(parsed: ParsedFile, edits: Iterable[Edit]) -> bytes:
     # Registered pieces go to the package's generated module; a line of the module's
     # own (a leaf helper built from its logger) stays in the file, after the import.
     local = {name: code for name, code in helpers.items() if not generated.known([name])}
-    home = generated.home(parsed.source.path, parsed.module) if len(local) < len(helpers) else None
+    adds_torch = any(mod.split(".")[0] == "torch" for e in edits for mod, _ in e.imports)
+    home = generated.home(parsed.source.path, parsed.module, adds_torch=adds_torch) if len(local) < len(helpers) else None
     first: dict[int, cst.SimpleStatementLine] = {}
     if home is not None and not generated.imports_torch(parsed.module):
         first = _local_imports(parsed, edits, home)

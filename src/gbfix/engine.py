@@ -853,6 +853,10 @@ def fix(
     booting; else one starts with the first run.
     """
     targets = sources.collect(paths)
+    # The generated modules on disk that edits of the targets may extend, where not
+    # targets themselves: part of the cache's key, and diffed and written as the
+    # files they are (each only if unchanged since read), not as new files.
+    extended = {p: sources.read(p) for p in sorted(generated.homes(targets)) if p not in targets}
 
     def run() -> Result:
         with scratch.folder() as workdir:
@@ -863,12 +867,14 @@ def fix(
                 session.prober.close()
 
     result, reused = result_cache.reuse_or_run(
-        result_cache.key(entry, opts, targets) if cache else None,
+        result_cache.key(entry, opts, {**targets, **extended}) if cache else None,
         Result,
         run,
         _loaded,
-        targets,
+        {**targets, **extended},
     )
+    if extended:
+        result = replace(result, originals={**extended, **result.originals})
     if not reused:
         return result
     progress("unchanged since an earlier run: reusing its verified result")

@@ -118,12 +118,15 @@ class HelperRecipe(Recipe):
 def helper_fits(ctx: SiteContext, helper: str) -> bool:
     """Whether the site's module can call ``helper`` (a registered piece): False when
     the name is taken by something else; ``Decline`` when the helper would go into
-    this file (no package's generated module) and the file cannot take it."""
+    this file (no generated module: see ``generated.home``) and the file cannot take it."""
     if defines_helper(ctx, helper) is None:
         return False
     if generated.home(ctx.site.path, ctx.module) is None:
         # the helper goes into this file, with the imports it needs
         if not generated.imports_torch(ctx.module):
+            near = generated.beside(ctx.site.path)
+            if near is not None and generated.foreign(near.path):
+                raise Decline(f"the module does not import torch at module level, and `{near.path.name}`, where its helpers would go, is a file gbfix did not write")
             raise Decline("the module does not import torch at module level, and the helper, which would be added to it, does")
         for module, _ in (imp for p in generated.closure([helper]) for imp in p.imports):
             if any(not _imports_itself(n, module) for n in global_bindings(ctx, module)):
