@@ -263,7 +263,7 @@ def gbfix_raise_if(cond, exc, *message):
 # `cast={0: "int"}`) is applied there too, at run time, only when the test holds. Eagerly (uncompiled, or a
 # value of another kind) the helper is the `if` it replaced.
 MESSAGE = piece("_gbfix_message", '''\
-_gbfix_cast_of = {"": lambda v: v, "int": int, "float": float, "item": lambda v: v.item()}
+_gbfix_cast_of = {"": lambda v: v, "int": int, "float": float, "item": lambda v: v.item(), "str": str, "repr": repr}
 _gbfix_if_schema = "Tensor cond, str fmt, bool percent, str[] casts, str kinds, str[] texts, Scalar[] numbers, Tensor[] tensors"
 
 
@@ -277,7 +277,7 @@ def _gbfix_message(values, cast, percent):
 
 
 def _gbfix_cast(values, casts):
-    # The values with their casts applied: int(v), float(v), v.item().
+    # The values with their casts applied: int(v), float(v), v.item(), str(v), repr(v).
     return [_gbfix_cast_of[c](v) for v, c in zip(values, casts)]
 
 
