@@ -375,7 +375,7 @@ def test_logging_op_self_logger(init):
         'logger.info("xs %s", [x, x])',
         'logger.info("xs %s", x.tolist())',
         'logger.info("xs %s", tuple(x))',
-        'logger.info("n %s", n)',  # a local bound by a for loop
+        'logger.info("n %s", n)',  # a local bound by a for loop (not over range: an int)
         'logger.info("n %s", m)',  # a local assigned a torch.Size
         'logger.info(f"n {m}")',  # the same, as an f-string field
         'logger.info(f"n {x:{n}}")',  # a nested format spec
@@ -383,8 +383,13 @@ def test_logging_op_self_logger(init):
     ],
 )
 def test_logging_op_declines(stmt):
-    module = LOG_MODULE.replace("        {stmt}", "        m = x.shape\n        for n in range(2):\n            {stmt}")
+    module = LOG_MODULE.replace("        {stmt}", "        m = x.shape\n        for n in x.shape:\n            {stmt}")
     assert _log(stmt, module) is None
+
+
+def test_logging_op_takes_a_loop_counter_over_range():
+    module = LOG_MODULE.replace("        {stmt}", "        for n in range(2):\n            {stmt}")
+    assert 'gbfix_log(logger, "info", "n %s", n)' in _log('logger.info("n %s", n)', module)
 
 
 @pytest.mark.parametrize(

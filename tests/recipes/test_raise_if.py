@@ -255,6 +255,96 @@ def test_a_script_gets_the_helper_in_the_file():
     assert "from ._gbfix" not in out
 
 
+# ---------------------------------------------------------------- a message made at run time
+
+# A message that formats a tensor: its text is only known at run time, so the op makes it
+# there, through report-if's formatting (gbfix_raise_if_format: a template, its values by
+# kind, the casts the message applied), only where the test holds.
+FORMAT_CASES = {
+    "an f-string of the tested tensor, a static part kept (blind probe train_loop)": (
+        RaiseIf,
+        """
+        def forward(logits, y):
+            loss = torch.nn.functional.cross_entropy(logits, y) if y is not None else None
+            if loss is not None and not torch.isfinite(loss):
+                raise FloatingPointError(f"non-finite loss {loss}")
+            return logits, loss
+        """,
+        "if loss is not None",
+        [
+            "if loss is not None:", "gbfix_raise_if_format(", "torch.logical_not(torch.isfinite(loss)),",
+            "FloatingPointError,", '"non-finite loss {}",', "loss,", ")",
+        ],
+    ),
+    "a `%` tuple: str() of a reduction moved to run time, a loop counter": (
+        RaiseIf,
+        """
+        def sample(img, steps: int):
+            for t in range(steps):
+                img = img * 0.5
+                if torch.isnan(img).any():
+                    raise ValueError("NaN %s at step %d" % (str(img.sum()), t))
+            return img
+        """,
+        "if torch.isnan",
+        [
+            "gbfix_raise_if_format(", "torch.isnan(img).any(),", "ValueError,", '"NaN %s at step %d",', "(img.sum(), t),",
+            'cast={0: "str"},', "percent=True,", ")",
+        ],
+    ),
+    "`+` of text, str() and repr()": (
+        RaiseIf,
+        """
+        def f(x):
+            total = x.sum()
+            y = x * 2
+            if total > 10:
+                raise OverflowError("sum " + str(total) + " of " + repr(y))
+            return y
+        """,
+        "if total",
+        [
+            "gbfix_raise_if_format(", "total > 10,", "OverflowError,", '"sum {} of {}",', "total,", "y,",
+            'cast={0: "str", 1: "repr"},', ")",
+        ],
+    ),
+    "str.format, `{!r}` and a format spec": (
+        RaiseIf,
+        """
+        def f(x):
+            m = x.abs().amax()
+            h = x.half()
+            if m > 1e4:
+                raise OverflowError("peak {:.1f} in {!r}".format(m, h))
+            return h
+        """,
+        "if m > 1e4",
+        ['gbfix_raise_if_format(m > 1e4, OverflowError, "peak {:.1f} in {!r}", m, h)'],
+    ),
+    "an assert: `.item()` in the message moved to run time": (
+        AssertToRaiseIf,
+        """
+        def f(x):
+            loss = x.mean()
+            assert torch.isfinite(loss), f"loss {loss.item():.3f}"
+            return loss
+        """,
+        "assert torch",
+        [
+            "if __debug__:", "gbfix_raise_if_format(", "torch.logical_not(torch.isfinite(loss)),", "AssertionError,",
+            '"loss {:.3f}",', "loss,", 'cast={0: "item"},', ")",
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", FORMAT_CASES)
+def test_a_message_made_at_run_time(case):
+    recipe, source, needle, lines = FORMAT_CASES[case]
+    out = fix(source, recipe, needle)
+    assert changed(body(source), out) == ["from ._gbfix import gbfix_raise_if_format", *lines]
+
+
 # ---------------------------------------------------------------- assert-to-raise-if
 
 ASSERT_CASES = {
@@ -367,15 +457,27 @@ def test_assert_item_declines_a_tensor_bound_and_a_tensor_message():
     ctx = site_context(body(source), 4, 17, 24, "GB0124", path=PKG)
     r = AssertItemToRaiseIf()
     assert r.propose(ctx) is None and "compared with a tensor" in r.declined
+    # a message that formats a tensor is made at run time; one that may raise where the
+    # assert holds is declined
     source = """
     def f(t):
         peak = t.max()
         assert t.max().item() < 10, f"peak {peak}"
         return t
     """
-    ctx = site_context(body(source), 5, 17, 24, "GB0124", path=PKG)
+    out = rewrite_at(body(source), AssertItemToRaiseIf, 5, 17, 24, "GB0124", path=PKG)
+    assert changed(body(source), out) == [
+        "from ._gbfix import gbfix_raise_if_format", "if __debug__:", "gbfix_raise_if_format(",
+        "torch.logical_not(t.max().double() < 10),", "AssertionError,", '"peak {}",', "peak,", ")",
+    ]
+    source = """
+    def f(t):
+        assert t.max().item() < 10, f"peak {t.abs().max()}"
+        return t
+    """
+    ctx = site_context(body(source), 4, 17, 24, "GB0124", path=PKG)
     r = AssertItemToRaiseIf()
-    assert r.propose(ctx) is None and "the message's `peak` is a local that may hold a tensor" in r.declined
+    assert r.propose(ctx) is None and "`t.abs().max()` calls `t.abs().max`, which may have effects or raise" in r.declined
 
 
 # ---------------------------------------------------------------- declines
@@ -418,24 +520,28 @@ DECLINES = {
         """,
         "keyword or starred arguments",
     ),
-    "a message with a tensor field": (
-        """
-        def f(x):
-            loss = (x**2).mean()
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"non-finite loss {loss}")
-            return loss
-        """,
-        "the message's `loss` is a local that may hold a tensor: its text is only known at run time",
-    ),
-    "a message from a tensor method": (
+    "a message from a tensor method that may raise": (
         """
         def f(x):
             if (x < 0).any():
                 raise ValueError(f"min {x.min()}")
             return x
         """,
-        "the message's `x.min()` may return a tensor",
+        "the message's `x.min()` may return a tensor: its text is only known at run time, and the op takes text"
+        " known while Dynamo traces; made at run time instead, `x.min()` calls `x.min`, which may have effects or"
+        " raise: it would be evaluated where the test does not hold",
+    ),
+    "a tensor message reading a name bound only in the check's branch": (
+        """
+        def f(x):
+            loss = (x**2).mean()
+            if torch.isnan(x).any():
+                peak = x.abs()
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"non-finite loss {peak}")
+            return loss
+        """,
+        "reads `peak`, which may not be bound there",
     ),
     "inside a try": (
         """
@@ -472,10 +578,47 @@ DECLINES = {
 }
 
 
+# A check of a loss whose message formats it, declined for its message: the raise, the reason.
+LOSS_MESSAGE_DECLINES = {
+    "two arguments": ('raise FloatingPointError("non-finite loss", loss)', "the exception is given more than one argument"),
+    "a call of the user's": ("raise FloatingPointError(describe(loss))", "`describe(loss)` is no f-string, literal"),
+    "a division": (
+        'raise FloatingPointError(f"non-finite loss {loss / n}")',
+        "`loss / n` divides or shifts, which may raise: it would be evaluated where the test does not hold",
+    ),
+    "a float() of the loss": (
+        'raise FloatingPointError("non-finite loss %.3f" % loss)',
+        "`loss` may be a tensor converted by float(), which warns once when it requires grad",
+    ),
+    "a list": (
+        'raise FloatingPointError(f"non-finite loss {loss} in {[1, 2]}")',
+        "`str([1, 2])` calls `str`, which may have effects or raise",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", LOSS_MESSAGE_DECLINES)
+def test_declines_a_tensor_message_with_a_reason(case):
+    raise_, why = LOSS_MESSAGE_DECLINES[case]
+    source = f"""
+    def describe(t):
+        return f"loss {{t}}"
+
+
+    def f(x, n: int):
+        loss = (x**2).mean()
+        if not torch.isfinite(loss):
+            {raise_}
+        return loss
+    """
+    reason = declined(source, RaiseIf, "if not") or ""
+    assert "its text is only known at run time" in reason and f"made at run time instead, {why}" in reason
+
+
 @pytest.mark.parametrize("case", DECLINES)
 def test_declines_with_a_reason(case):
     source, why = DECLINES[case]
-    assert why in (declined(source, RaiseIf, "if ") or "")
+    assert why in (declined(source, RaiseIf, "if not" if "if not" in source else "if ") or "")
 
 
 def test_declines_a_bare_raise_and_a_body_of_more():
@@ -532,8 +675,11 @@ def test_observes_the_function_whose_parameter_the_message_reads():
     # seen as text: taken; seen as a tensor: declined
     text = {3: (ObservedCall((("x", ValueSpec("tensor")), ("where", ValueSpec("str"))), ValueSpec("tensor")),)}
     assert fix(source, RaiseIf, "if torch", observed=text) is not None
+    # seen as a tensor: the message is made at run time; as something else: declined
     tensor = {3: (ObservedCall((("x", ValueSpec("tensor")), ("where", ValueSpec("tensor"))), ValueSpec("tensor")),)}
-    assert "was ['tensor'] in an uncompiled run" in declined(source, RaiseIf, "if torch", observed=tensor)
+    assert "gbfix_raise_if_format(" in fix(source, RaiseIf, "if torch", observed=tensor)
+    other = {3: (ObservedCall((("x", ValueSpec("tensor")), ("where", ValueSpec("other"))), ValueSpec("tensor")),)}
+    assert "`where` was ['other'] in an uncompiled run" in declined(source, RaiseIf, "if torch", observed=other)
 
 
 def test_registry_order():
@@ -679,31 +825,38 @@ CONFIGS = [
 ORIGINALS = [("none", True, True), ("none", True, False)]
 
 
+def _two_at_a_time(folder: Path, commands: dict[tuple, list[str]]) -> dict[tuple, tuple[list[str], dict]]:
+    """{key: (stdout lines, the RESULT line's JSON)}: each command a process of its own in
+    ``folder``, two at a time, with an inductor cache of the folder's own."""
+    import os
+
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(folder / "inductor")}
+    procs: dict[tuple, subprocess.Popen] = {}
+    for key, args in commands.items():
+        running = [p for p in procs.values() if p.poll() is None]
+        if len(running) >= 2:
+            running[0].wait()
+        procs[key] = subprocess.Popen([sys.executable, *args], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    out = {}
+    for key, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=600)
+        assert proc.returncode == 0, (key, stderr[-3000:])
+        *lines, result = stdout.splitlines()
+        out[key] = (lines, json.loads(result.removeprefix("RESULT ")))
+    return out
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """{config: (stdout lines, results)}: the original uncompiled (the reference), and the
     rewritten program compiled per config; each a process of its own, two at a time."""
-    import os
-
     folder = tmp_path_factory.mktemp("raise_if_runs")
     (folder / "original.py").write_text(ORIGINAL, encoding="utf-8")
     (folder / "rewritten.py").write_text(rewritten(), encoding="utf-8")
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(folder / "inductor")}
-    procs: dict[tuple, subprocess.Popen] = {}
-    for config in [*ORIGINALS, *CONFIGS]:
-        script = "original.py" if config[0] == "none" else "rewritten.py"
-        args = [sys.executable, script, config[0], str(int(config[1])), str(int(config[2]))]
-        running = [p for p in procs.values() if p.poll() is None]
-        if len(running) >= 2:
-            running[0].wait()
-        procs[config] = subprocess.Popen(args, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    out = {}
-    for config, proc in procs.items():
-        stdout, stderr = proc.communicate(timeout=600)
-        assert proc.returncode == 0, (config, stderr[-3000:])
-        *lines, result = stdout.splitlines()
-        out[config] = (lines, json.loads(result.removeprefix("RESULT ")))
-    return out
+    return _two_at_a_time(folder, {
+        config: ["original.py" if config[0] == "none" else "rewritten.py", config[0], str(int(config[1])), str(int(config[2]))]
+        for config in [*ORIGINALS, *CONFIGS]
+    })
 
 
 def _ids(config: tuple) -> str:
@@ -826,6 +979,146 @@ def test_a_check_in_a_callers_try_or_with_keeps_its_break(tmp_path, backend):
     assert all(g.returncode == 0 for g in got), [g.stderr[-2000:] for g in got]
     assert got[0].stdout == "returned [0.0, 0.0]\ngrad enabled True\nraised NaN\ngrad enabled True\n"
     assert got[1].stdout == got[0].stdout
+
+
+# ---------------------------------------------------------------- real runs: a message made at run time
+
+# Checks whose messages format tensors: 0-dim through Tensor.__format__, `%s` of str(),
+# `+ repr()`, and `{!r}` of a loss that requires grad in training (its grad_fn is in the
+# text: there the helper keeps the `if`, and the break, as written). The Linear's weights
+# are set so that each input fails the check meant for it.
+FORMAT_ORIGINAL = """\
+import json
+import sys
+
+import torch
+from torch._dynamo.utils import counters
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 1)
+        with torch.no_grad():
+            self.lin.weight.fill_(0.25)
+            self.lin.bias.zero_()
+
+    def forward(self, x, y):
+        pred = self.lin(x).squeeze(-1)
+        loss = ((pred - y) ** 2).mean()
+        print("loss computed")
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite loss {loss}")
+        peak = pred.abs().amax()
+        if peak > 100:
+            raise OverflowError("peak %d of %s" % (peak, str(pred.detach())))
+        low = pred.detach()
+        if (low < -50).any():
+            raise ValueError("low " + repr(low))
+        if loss > 1000:
+            raise ArithmeticError(f"loss {loss!r}")
+        print("checked")
+        return loss
+
+
+def main(backend, train):
+    inputs = {
+        "good": torch.ones(2, 4),
+        "nan": torch.tensor([[1.0, float("nan"), 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]]),
+        "peak": torch.full((2, 4), 500.0),
+        "low": torch.full((2, 4), -80.0),
+        "loss": torch.full((2, 4), 40.0),
+    }
+    torch.manual_seed(0)
+    net = Net().train(train)
+    run = net if backend == "none" else torch.compile(net, backend=backend)
+    out = {}
+    with torch.set_grad_enabled(train):
+        for case, x in inputs.items():
+            print(f"--- {case}")
+            try:
+                run(x, torch.full((2,), -10.0))
+                out[case] = None
+            except Exception as e:  # the outcome compared
+                out[case] = [type(e).__name__, list(e.args)]
+    out["breaks"] = sum(counters["graph_break"].values())
+    print("RESULT " + json.dumps(out))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2] == "1")
+"""
+
+
+def _format_rewritten() -> str:
+    source = FORMAT_ORIGINAL
+    script = {"path": Path("/virtual/prog.py")}
+    for needle in ("if not torch.isfinite(loss)", "if peak > 100", "if (low < -50)", "if loss > 1000"):
+        source = rewrite_line(source, RaiseIf, needle, "GB0170", **script)
+    for needle in ('print("loss computed")', 'print("checked")'):
+        source = rewrite_line(source, PrintToOp, needle, "GB0059", **script)
+    assert source.count("    gbfix_raise_if_format(") == 4 and "raise FloatingPointError(f" not in source
+    return source
+
+
+@pytest.fixture(scope="module")
+def format_runs(tmp_path_factory):
+    """{(program, backend, train): (lines, results)}: the original uncompiled and on inductor,
+    the rewritten program uncompiled and compiled (eager, inductor), training and not."""
+    folder = tmp_path_factory.mktemp("raise_if_format_runs")
+    (folder / "original.py").write_text(FORMAT_ORIGINAL, encoding="utf-8")
+    (folder / "rewritten.py").write_text(_format_rewritten(), encoding="utf-8")
+    configs = [  # the original on the eager backend is the original uncompiled: not run
+        (program, backend, train)
+        for program in ("original", "rewritten")
+        for backend in ("none", "eager", "inductor")
+        for train in (True, False)
+        if (program, backend) != ("original", "eager") and (program, backend, train) != ("rewritten", "none", False)
+    ]
+    return _two_at_a_time(folder, {c: [f"{c[0]}.py", c[1], str(int(c[2]))] for c in configs})
+
+
+def test_a_message_made_at_run_time_reference(format_runs):
+    """The original uncompiled: each input fails its check, the message formats the tensor
+    as Python formats it (a 0-dim tensor as a number; str / repr as `tensor(...)`)."""
+    lines, ref = format_runs[("original", "none", True)]
+    assert ref == {
+        "good": None,
+        "nan": ["FloatingPointError", ["non-finite loss nan"]],
+        "peak": ["OverflowError", ["peak 500 of tensor([500., 500.])"]],
+        "low": ["ValueError", ["low tensor([-80., -80.])"]],
+        "loss": ["ArithmeticError", ["loss tensor(2500., grad_fn=<MeanBackward0>)"]],
+        "breaks": 0,
+    }
+    assert format_runs[("original", "none", False)][1]["loss"] == ["ArithmeticError", ["loss tensor(2500.)"]]
+    assert lines == [
+        "--- good", "loss computed", "checked", "--- nan", "loss computed", "--- peak", "loss computed",
+        "--- low", "loss computed", "--- loss", "loss computed",
+    ]
+
+
+@pytest.mark.parametrize("backend", ["none", "eager", "inductor"])
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+def test_a_message_made_at_run_time_raises_what_the_original_raised(format_runs, backend, train):
+    """The rewritten program raises the original's class with the original's text and
+    prints the same, on every backend; in the graph (no break left), except the `{!r}` of
+    a loss that requires grad in training: there the helper keeps the `if` (one break), and
+    the text is what the original compiled program gave (inductor's loss comes out of a
+    compiled graph: its grad_fn is AOTAutograd's), which the op's detached copy of the loss
+    could not give."""
+    if backend == "none" and not train:
+        pytest.skip("the rewritten program uncompiled: one mode is enough")
+    lines, got = format_runs[("rewritten", backend, train)]
+    original_lines, original = format_runs[("original", "none" if backend == "eager" else backend, train)]
+    reference_lines, reference = format_runs[("original", "none", train)]
+    assert lines == original_lines == reference_lines
+    assert got == {**original, "breaks": got["breaks"]}
+    by_text = train and backend == "inductor"
+    assert {case for case in got if case != "breaks" and got[case] != reference[case]} == ({"loss"} if by_text else set())
+    if backend != "none":
+        assert (got["breaks"] > 0) is train  # the `{!r}` check in training only
+    if backend == "inductor":
+        assert original["breaks"] > 0
 
 
 # ---------------------------------------------------------------- the loop counters a message may read

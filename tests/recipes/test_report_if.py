@@ -315,6 +315,27 @@ def _warn_source(after: str) -> str:
     return _expect("gbfix_warn_if", after)
 
 
+def test_str_and_repr_in_a_message_are_made_at_run_time(pkg):
+    # `str(t)` / `repr(t)` (also in a `+` of text) are casts the op applies where the test
+    # holds, as int(t) is; `str(x.shape)` stays a value (text while Dynamo traces); a loop
+    # counter over range is an int
+    before = """
+    def step(x, steps: int):
+        for i in range(steps):
+            total = x.sum()
+            if total > 10:
+                warnings.warn("sum " + str(total) + " at " + repr(i))
+            if x.isnan().any():
+                print(f"NaN in {str(x.shape)} at {i}: {repr(total)}")
+        return x
+    """
+    warned = _rewrite(before, "total > 10", pkg)
+    assert '        pred = total > 10\n        gbfix_warn_if(pred, "sum {} at {}", total, i, cast={0: "str", 1: "repr"})\n' in warned
+    printed = _rewrite(before, "x.isnan().any()", pkg)
+    call = 'gbfix_print_if(x.isnan().any(), "NaN in {} at {}: {}", str(x.shape), i, total, cast={2: "repr"},)'
+    assert call.replace(" ", "") in "".join(printed.split())  # laid out one argument a line
+
+
 @pytest.mark.parametrize("case", WARNS)
 def test_warn(case, pkg):
     before, needle, after = WARNS[case]

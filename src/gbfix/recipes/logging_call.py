@@ -331,8 +331,8 @@ def not_a_plain_value(ctx: SiteContext, node: cst.BaseExpression, seen: frozense
     The helper sends anything else to the logger itself, which breaks in the
     helper's code, where the verifier does not look for the edit's breaks: so such
     an argument is declined here. Attribute chains (``self.idx``), calls (``t.mean()``),
-    subscripts and module globals are taken; a parameter by its kinds in an
-    uncompiled run; a local by what its assignments assign.
+    subscripts, module globals and loop counters over ``range`` are taken; a parameter
+    by its kinds in an uncompiled run; a local by what its assignments assign.
     """
     if isinstance(node, (cst.Tuple, cst.List, cst.Set, cst.Dict, cst.ListComp, cst.SetComp, cst.DictComp)):
         return "is a container"
@@ -350,6 +350,8 @@ def not_a_plain_value(ctx: SiteContext, node: cst.BaseExpression, seen: frozense
             return "may be a container or a torch.Size"
         return None
     if isinstance(node, cst.Name) and node.value not in ("True", "False", "None"):
+        if range_counter(ctx, node):
+            return None  # an int
         fn = ctx.enclosing(cst.FunctionDef, node=node)
         owner = observed_owner(ctx, node)
         if owner is not None:

@@ -230,16 +230,17 @@ def _gbfix_raise_body(exc, cond, args, sink):
 _gbfix_raise_op = _gbfix_op("raise_if", "int exc, Tensor cond, str[] args", _gbfix_raise_body, (torch.Tag.cudagraph_unsafe,))
 
 
-def _gbfix_raise_class(ctx):
-    # Run by Dynamo: the exception class, which no op takes. In a `try` or `with` block of
-    # a frame Dynamo traces, an exception of the op would leave the graph without the
-    # handler, `finally` or exit the original ran: there the check breaks, as before.
+def _gbfix_raise_class(ctx, op=_gbfix_raise_op):
+    # Run by Dynamo in the helper that called `op`: the exception class, which no op
+    # takes. In a `try` or `with` block of a frame Dynamo traces, an exception of the op
+    # would leave the graph without the handler, `finally` or exit the original ran:
+    # there the check breaks, as before.
     tx = ctx._i_will_not_complain_if_bc_breaks_InstructionTranslator()
     while tx is not None:
         if tx.block_stack or getattr(tx.current_instruction, "exn_tab_entry", None) is not None:
             ctx.graph_break("gbfix_raise_if in a try or with block: the check stays a break")
         tx = tx.parent
-    _gbfix_pin(ctx, _gbfix_raise_op, ctx.get_local("exc").as_python_constant())
+    _gbfix_pin(ctx, op, ctx.get_local("exc").as_python_constant())
 
 
 def gbfix_raise_if(cond, exc, *message):
@@ -261,9 +262,10 @@ def gbfix_raise_if(cond, exc, *message):
 # did); only then does it make the message and report it. The message's values reach
 # the op by kind; a cast the message applied (`int(t)`, `float(t)`, `t.item()`:
 # `cast={0: "int"}`) is applied there too, at run time, only when the test holds. Eagerly (uncompiled, or a
-# value of another kind) the helper is the `if` it replaced.
+# value of another kind) the helper is the `if` it replaced. raise-if's
+# gbfix_raise_if_format makes its exception's message the same way (RAISE_FORMAT).
 MESSAGE = piece("_gbfix_message", '''\
-_gbfix_cast_of = {"": lambda v: v, "int": int, "float": float, "item": lambda v: v.item()}
+_gbfix_cast_of = {"": lambda v: v, "int": int, "float": float, "item": lambda v: v.item(), "str": str, "repr": repr}
 _gbfix_if_schema = "Tensor cond, str fmt, bool percent, str[] casts, str kinds, str[] texts, Scalar[] numbers, Tensor[] tensors"
 
 
@@ -277,7 +279,7 @@ def _gbfix_message(values, cast, percent):
 
 
 def _gbfix_cast(values, casts):
-    # The values with their casts applied: int(v), float(v), v.item().
+    # The values with their casts applied: int(v), float(v), v.item(), str(v), repr(v).
     return [_gbfix_cast_of[c](v) for v, c in zip(values, casts)]
 
 
@@ -349,3 +351,57 @@ def gbfix_log_if(cond, logger, method, *args, cast=None, template=False):
     elif cond:
         gbfix_log(logger, method, *_gbfix_cast(args, casts), template=template)
 ''', imports=(("torch", None),), needs=(LOG.name, MESSAGE.name))
+
+# raise-if with a message that formats a tensor (`raise FloatingPointError(f"non-finite loss
+# {loss}")`): its text is only known at run time, so the op makes it there, as the report-if
+# ops make theirs (_gbfix_message, _gbfix_text), and only where the test holds. The op
+# formats detached tensors: where the message shows a tensor through str() or repr() and
+# the tensor requires grad or is of a subclass (its grad_fn, `requires_grad=True`,
+# "Parameter containing:"), a detached one would read otherwise, and the helper keeps the
+# `if` as written (Dynamo breaks there, as before). A template's `!r`, `!s`, `!a` (`%r`,
+# `%s`, `%a`) count for each of its values.
+RAISE_FORMAT = piece("gbfix_raise_if_format", '''\
+def _gbfix_raise_format_body(exc, cond, fmt, percent, casts, kinds, texts, numbers, tensors, sink):
+    # The original `if cond: raise exc(<its message>)`, at run time. The tensors detached
+    # again: a compiled graph may hand the op the input a detached value was made from.
+    if cond:
+        values = _gbfix_unpack(kinds, texts, numbers, [t.detach() for t in tensors])
+        raise _gbfix_pinned[exc](_gbfix_text(fmt, values, casts, percent))
+
+
+_gbfix_raise_format_op = _gbfix_op(
+    "raise_if_format", "int exc, " + _gbfix_if_schema, _gbfix_raise_format_body, (torch.Tag.cudagraph_unsafe,)
+)
+
+
+def _gbfix_by_str(fmt, values, casts, percent):
+    # Whether the message shows, through str() or repr(), a tensor that requires grad or is
+    # of a subclass: by a conversion of the template (it counts for every value), a cast, or
+    # a `{}` field of one that is no 0-dim torch.Tensor (Tensor.__format__ formats those
+    # as their number).
+    if percent:
+        text = any([p.lstrip("-#0 +0123456789.*")[:1] in ("r", "s", "a") for p in fmt.replace("%%", "").split("%")[1:]])
+    else:
+        text = "!r" in fmt or "!s" in fmt or "!a" in fmt
+    return any([
+        isinstance(v, torch.Tensor) and (v.requires_grad or type(v) is not torch.Tensor)
+        and (text or c in ("str", "repr") or (c == "" and not percent and (v.dim() != 0 or type(v) is not torch.Tensor)))
+        for v, c in zip(values, casts)
+    ])
+
+
+def gbfix_raise_if_format(cond, exc, fmt, *values, cast=None, percent=False):
+    # `if cond: raise exc(fmt.format(*values))` (percent: `fmt % values[0]`; cast: as
+    # gbfix_print_if takes it), the message made only when cond holds. In compiled graphs,
+    # for a tensor cond: an op tests it, makes the message and raises, at run time.
+    values, casts, packed = _gbfix_message(values, cast, percent)
+    if torch.compiler.is_compiling() and isinstance(cond, torch.Tensor) and packed is not None:
+        if not _gbfix_by_str(fmt, values, casts, percent):
+            kinds, texts, numbers, tensors = packed
+            tensors = [t.detach() for t in tensors]
+            _gbfix_raise_format_op(-1, cond.detach(), fmt, percent, casts, kinds, texts, numbers, tensors, _gbfix_sink)
+            torch._dynamo.comptime.comptime(lambda ctx: _gbfix_raise_class(ctx, _gbfix_raise_format_op))
+            return
+    if cond:
+        raise exc(_gbfix_text(fmt, values, casts, percent))
+''', needs=(RAISE.name, MESSAGE.name))

@@ -41,13 +41,28 @@ exception, in a program that catches it and goes on; the eager backend runs the
 graph's ops in order and keeps it exactly (tests/recipes/test_raise_if.py runs each
 case, and rules/GB0170.md says so).
 
-The message must be text while Dynamo traces (``Message``): literals, f-strings and
-%-formats of values that are (loop counters, attribute chains, module globals,
-parameters an uncompiled run showed as text or numbers: warn-to-op's checks), as
-written. A message with a field that may be a tensor is declined: its text is only
-known at run time. Declined also: `raise ... from ...`, a bare `raise`, an exception
+A message that is text while Dynamo traces (``Message``: literals, f-strings and
+%-formats of values that are, such as loop counters, attribute chains, module globals,
+parameters an uncompiled run showed as text or numbers: warn-to-op's checks) goes to
+the op as it is written. A message whose text is only known at run time (it formats a
+tensor: `f"non-finite loss {loss}"`) goes to ``gbfix_raise_if_format`` as report-if's
+messages go to theirs (``message``: a template, its values by kind, the casts applied at
+run time), and the op makes it only where the test holds::
+
+    if loss is not None and not torch.isfinite(loss):   ->  if loss is not None:
+        raise FloatingPointError(f"non-finite loss {loss}")      gbfix_raise_if_format(torch.logical_not(torch.isfinite(loss)),
+                                                                     FloatingPointError, "non-finite loss {}", loss)
+
+Its values are evaluated whenever the check runs, so they must be plain (text, numbers,
+tensors, None) and free of effects and errors where the test does not hold
+(``message.risk``). Where the text would show a tensor's autograd state through str()
+or repr() (a grad_fn, a Parameter), which the op's detached copy lacks, the helper keeps
+the `if` while tracing (the break stays, as written); a `float()` of a tensor (`%.3f`,
+`float(t)`) is declined: torch warns once when that tensor requires grad, from the
+converting line. Declined also: `raise ... from ...`, a bare `raise`, an exception
 instance built elsewhere (`raise err`), an exception class that is no builtin or
-module-level name (`self.Error`), keyword arguments to the exception.
+module-level name (`self.Error`), keyword arguments to the exception, a message of
+several arguments that is not text while tracing.
 """
 
 from __future__ import annotations
@@ -59,7 +74,7 @@ from typing import ClassVar, cast
 import libcst as cst
 
 from gbfix import generated
-from gbfix.recipes import op_helpers
+from gbfix.recipes import message, op_helpers
 from gbfix.recipes.analysis import (
     builtin_at,
     global_bindings,
@@ -76,8 +91,8 @@ from gbfix.recipes.branch import (
     single,
     site_branch,
 )
-from gbfix.recipes.logging_call import helper_fits, not_text_or_number, observed_owner
-from gbfix.recipes.print_call import has_fstring
+from gbfix.recipes.logging_call import helper_fits, not_a_plain_value, not_text_or_number, observed_owner
+from gbfix.recipes.print_call import _to_text, has_fstring
 from gbfix.recipes.scalar import as_double, item_assert
 from gbfix.recipes.tree import walk
 from gbfix.recipes.warn_call import message_values
@@ -121,11 +136,15 @@ class Message:
                 return [node]
             right = node.right
             if isinstance(node.operator, cst.Modulo) and isinstance(right, cst.Tuple):
-                return [*Message._parts(ctx, node.left), *(el.value for el in right.elements)]
+                return [*Message._parts(ctx, node.left), *(v for el in right.elements for v in Message._parts(ctx, el.value))]
             return [*Message._parts(ctx, node.left), *Message._parts(ctx, right)]
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "format":
             if isinstance(node.func.value, (cst.SimpleString, cst.ConcatenatedString)):
-                return [*Message._parts(ctx, node.func.value), *(a.value for a in node.args)]
+                return [*Message._parts(ctx, node.func.value), *(v for a in node.args for v in Message._parts(ctx, a.value))]
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in ("str", "repr") and len(node.args) == 1:
+            arg = node.args[0].value  # text, but Dynamo cannot make the text of a tensor
+            if is_builtin(ctx, node.func) and not _to_text(arg):
+                return [arg]
         return [node]
 
     @staticmethod
@@ -148,6 +167,46 @@ class Message:
         except Decline:
             return None
         return next(filter(None, (observed_owner(ctx, v) for v in values)), None)
+
+    @staticmethod
+    def formatted(
+        ctx: SiteContext, args: Sequence[cst.Arg], at: cst.CSTNode, cond: cst.BaseExpression, why: Decline
+    ) -> list[cst.Arg]:
+        """``gbfix_raise_if_format``'s message arguments (a template, its values, ``cast=`` and
+        ``percent=``) for a message whose text is only known at run time (``why``): one
+        argument, a template report-if takes (``message.template``), each value text, a
+        number, a tensor or None, and free of effects and errors where the test does not
+        hold (it is now evaluated there); ``Decline`` with both reasons otherwise."""
+        def no(reason: str) -> Decline:
+            return Decline(f"{why}; made at run time instead, {reason}")
+
+        if len(args) != 1 or args[0].star or args[0].keyword is not None:
+            raise no("the exception is given more than one argument")
+        said = args[0].value
+        text, values, percent = message.template(ctx, said, said)
+        if text is None:
+            raise no(f"`{ctx.code(said)}` is no f-string, literal, `+` of those and str(), or `%` / str.format of a literal")
+        cast = message.uncast(ctx, values, percent)
+        for value in message.flat(values, percent):
+            reason = not_a_plain_value(ctx, value)
+            if reason:
+                raise no(f"`{ctx.code(value)}` {reason}: the op takes text, numbers, tensors and None")
+        for value in message.float_converted(text, values, percent, cast):
+            if not_text_or_number(ctx, value):
+                raise no(
+                    f"`{ctx.code(value)}` may be a tensor converted by float(), which warns once when it requires grad:"
+                    " the op's copy would not, and uncompiled the helper's line would"
+                )
+        for value in values:
+            reason = message.risk(ctx, value, at, cond)
+            if reason:
+                raise no(f"`{ctx.code(value)}` {reason}: it would be evaluated where the test does not hold")
+        out = [cst.Arg(message.text_literal(text)), *(cst.Arg(v) for v in values)]
+        keywords: dict[str, cst.BaseExpression] = {"cast": message.cast_argument(cast)} if cast else {}
+        if percent:
+            keywords["percent"] = cst.Name("True")
+        equal = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
+        return out + [cst.Arg(v, keyword=cst.Name(k), equal=equal) for k, v in keywords.items()]
 
     @staticmethod
     def arguments(args: Sequence[cst.Arg]) -> list[cst.Arg]:
@@ -224,6 +283,8 @@ class RaiseRecipe(Recipe):
     def __init__(self) -> None:
         super().__init__()
         self._plan: Replacement | None = None
+        self._helper = self.helper
+        self._cond: cst.BaseExpression = cst.Name("True")  # the test as written (check sets it)
 
     def check(self, ctx: SiteContext) -> tuple[cst.CSTNode, Sequence[cst.Arg]] | None:
         """The node to rewrite and the exception's arguments (Decline / None as ``anchor``)."""
@@ -238,10 +299,14 @@ class RaiseRecipe(Recipe):
             return None
         node, args = found
         _not_guarded(ctx, node)
-        Message.check(ctx, args)
-        if not helper_fits(ctx, self.helper):
+        try:
+            Message.check(ctx, args)
+            self._helper, message = self.helper, Message.arguments(args)
+        except Decline as why:  # text only known at run time: the op makes it there
+            self._helper, message = op_helpers.RAISE_FORMAT.name, Message.formatted(ctx, args, node, self._cond, why)
+        if not helper_fits(ctx, self._helper):
             return None
-        self._plan = self.plan(ctx, node, Message.arguments(args))
+        self._plan = self.plan(ctx, node, message)
         return node
 
     def observe(self, ctx: SiteContext) -> cst.FunctionDef | None:
@@ -253,16 +318,16 @@ class RaiseRecipe(Recipe):
         return None if found is None else Message.owner(ctx, found[1])
 
     def rewrite(self, node: cst.CSTNode) -> Replacement | None:
-        for p in generated.closure([self.helper]):
+        for p in generated.closure([self._helper]):
             self.need_helper(p.name, p.code)
         if self._plan is not None and any(isinstance(n, cst.Attribute) and _torch_name(n) for n in _nodes(self._plan)):
             self.need_import("torch")
         return self._plan
 
     def call(self, cond: cst.BaseExpression, exc: cst.BaseExpression, message: list[cst.Arg]) -> cst.Expr:
-        """`gbfix_raise_if(cond, exc, *message)`."""
+        """`gbfix_raise_if(cond, exc, *message)` (or `gbfix_raise_if_format(cond, exc, fmt, *values, ...)`)."""
         bare = cond.with_changes(lpar=[], rpar=[]) if getattr(cond, "lpar", None) else cond
-        return cst.Expr(cst.Call(func=cst.Name(self.helper), args=[cst.Arg(bare), cst.Arg(exc), *message]))
+        return cst.Expr(cst.Call(func=cst.Name(self._helper), args=[cst.Arg(bare), cst.Arg(exc), *message]))
 
 
 def _not_guarded(ctx: SiteContext, node: cst.CSTNode) -> None:
@@ -313,7 +378,7 @@ class RaiseIf(RaiseRecipe):
         raise_ = single(node.body)
         if not isinstance(raise_, cst.Raise):
             return None
-        self._test = test
+        self._test, self._cond = test, test.cond
         self._exc, args = _exception(ctx, raise_)
         return node, args
 
@@ -363,7 +428,7 @@ class AssertToRaiseIf(RaiseRecipe):
         test = _split_test(cast(cst.If, stmt))  # it reads only `.test`
         if test is None:
             return None
-        self._test = test
+        self._test, self._cond = test, test.cond
         return line, _assert_args(ctx, stmt)
 
     def plan(self, ctx: SiteContext, node: cst.CSTNode, message: list[cst.Arg]) -> Replacement:
@@ -406,6 +471,7 @@ class AssertItemToRaiseIf(RaiseRecipe):
         if found is None:
             return None
         stmt, self._read, self._source = found
+        self._cond = stmt.test
         return _own_line(ctx, stmt), _assert_args(ctx, stmt)
 
     def plan(self, ctx: SiteContext, node: cst.CSTNode, message: list[cst.Arg]) -> Replacement:

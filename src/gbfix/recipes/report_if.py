@@ -17,10 +17,11 @@ helper (``op_helpers``: gbfix_print_if, gbfix_warn_if, gbfix_log_if) that hands 
 tensor and the message's values to an op of the graph. At run time the op tests the
 tensor with Python's truth value (a tensor of several elements raises as the `if` did)
 and only then makes the message and reports it: the same text (the values formatted
-there as the f-string, `%` or str.format would; `int(t)`, `float(t)` and `t.item()` in
-the message applied there, as ``cast``), on the same stream, in order with the graph's
-other reports (the op writes the sink of ``op_helpers``). Uncompiled the helper is the
-`if`: it tests the value and reports only then.
+there as the f-string, `%`, str.format or `+` would; `int(t)`, `float(t)`, `t.item()`,
+`str(t)` and `repr(t)` in the message applied there, as ``cast``: ``message``, which
+raise-if shares), on the same stream, in order with the graph's other reports (the op
+writes the sink of ``op_helpers``). Uncompiled the helper is the `if`: it tests the
+value and reports only then.
 
 Reports taken: the builtin ``print`` (as print-to-hop takes it), ``warnings.warn`` (as
 warn-to-op takes it), a Logger method (as logger-to-op takes it), and the gbfix_print /
@@ -31,7 +32,7 @@ and the rewrite is declined where a warning would move. A Python part of the tes
 an `if` around the rewrite (``SplitTest``).
 
 The message's values are now evaluated whenever the `if` runs, not only where its test
-holds: each must have no effect and raise no error (``_risk``): names bound before the
+holds: each must have no effect and raise no error (``message.risk``): names bound before the
 `if`, attributes, literals, comparisons and `+ - *`, a few total tensor methods (`sum`,
 `any`, `isnan`, ...), or a part of the test itself. Declined: an `elif`, a body or `else:`
 with anything but reports, a Python part of the test after the tensor one (tested first,
@@ -42,17 +43,15 @@ not each shown to hold one element (``torch.logical_and`` would broadcast them).
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import libcst as cst
 
 from gbfix import generated
-from gbfix.recipes import op_helpers
+from gbfix.recipes import message, op_helpers
 from gbfix.recipes.analysis import (
     COMPARISONS,
-    bound_before,
     called,
     is_builtin,
     is_module_global,
@@ -69,28 +68,18 @@ from gbfix.recipes.logging_call import (
     LoggerToOp,
     defines_helper,
     helper_fits,
-    literal,
     not_a_plain_value,
     not_text_or_number,
     observed_owner,
 )
-from gbfix.recipes.print_call import PrintToHop, format_fields, has_fstring, str_literal
+from gbfix.recipes.print_call import PrintToHop
 from gbfix.recipes.tree import variable_names, walk
-from gbfix.recipes.vocabulary import FULL_REDUCTIONS, words
+from gbfix.recipes.vocabulary import FULL_REDUCTIONS
 from gbfix.recipes.warn_call import WarnRecipe, _bind, _is_chain
 
 _PRINT, _WARN, _LOG = op_helpers.PRINT_IF.name, op_helpers.WARN_IF.name, op_helpers.LOG_IF.name
 # What an earlier round wrote for a report (print-to-op, warn-to-op, logger-to-op): its kind.
 _WRITTEN = {op_helpers.PRINT.name: "print", op_helpers.WARN.name: "warn", op_helpers.LOG.name: "log"}
-# Tensor methods and torch functions that raise for no tensor (no dtype or shape they
-# refuse) and have no effect: a message may evaluate them where the original did not.
-_TOTAL_METHODS = words("sum any all count_nonzero isnan isinf isfinite logical_not detach clone numel nelement dim")
-_TOTAL_TORCH = words("sum any all count_nonzero isnan isinf isfinite logical_not numel")
-_DIM_METHODS = words("sum any all count_nonzero")  # may take a dim: 0 and -1 exist in every tensor
-_SAFE_OPERATORS = (cst.Add, cst.Subtract, cst.Multiply, cst.BitAnd, cst.BitOr, cst.BitXor)
-# A `%` template: at least one conversion, and no mapping key (`%(name)s`): then
-# `fmt % x` is `fmt % (x,)` for any x that is no tuple, which the helpers rely on.
-_PERCENT_SPEC = re.compile(r"%[-#0 +]*(\d+|\*)?(\.(\d+|\*))?[diouxXeEfFgGcrsa]")
 _TRUE = cst.Name("True")
 
 
@@ -106,6 +95,10 @@ class _Report:
     cast: dict[int, str] = field(default_factory=dict)  # index of a value (a `%` tuple's item) -> its cast
     star: int | None = None  # the index of a `*values` argument (a log call's)
     line_bound: bool = False  # a warning naming the line of its call (stacklevel 1)
+
+    @property
+    def percent(self) -> bool:
+        return self.keywords.get("percent") is _TRUE
 
 
 class ReportIf(Recipe):
@@ -148,12 +141,12 @@ class ReportIf(Recipe):
         reports = {id(c): self._report(ctx, c) for c in calls}
         for r in reports.values():
             if r.helper != _LOG:  # logger-to-op's match checked a log call's values
-                for value in _flat(r):
+                for value in message.flat(r.values, r.percent):
                     why = None if any(value.deep_equals(t) for t in self._tensors) else not_a_plain_value(ctx, value)
                     if why:
                         raise Decline(f"`{ctx.code(value)}` in `{ctx.code(r.call)}` {why}: the op takes text, numbers, tensors and None")
             for node in [*r.head, *r.values, *r.keywords.values()]:
-                why = _risk(ctx, node, if_node, test)
+                why = message.risk(ctx, node, if_node, test.cond)
                 if why:
                     raise Decline(f"`{ctx.code(node)}` in `{ctx.code(r.call)}` {why}: it would be evaluated where the test does not hold")
         self._helpers = list(dict.fromkeys(r.helper for r in reports.values()))
@@ -198,12 +191,12 @@ class ReportIf(Recipe):
         percent = False
         if isinstance(fmt, cst.SimpleString) and fmt.evaluated_value == "{!s}" and len(values) == 1:
             # print(<a message>): a `%` or str.format of a literal is made at run time too
-            text, parts, percent = _message(ctx, call, values[0])
+            text, parts, percent = message.template(ctx, call, values[0])
             if text is not None:
-                r.head, r.values = [cst.SimpleString(str_literal(text))], parts
+                r.head, r.values = [message.text_literal(text)], parts
         if percent:
             r.keywords["percent"] = _TRUE
-        _casts(ctx, r, percent)
+        r.cast = message.uncast(ctx, r.values, percent)
         return r
 
     def _warn(self, ctx: SiteContext, call: cst.Call) -> _Report:
@@ -222,21 +215,21 @@ class ReportIf(Recipe):
             level = int(stacklevel.value.value, 0) if isinstance(stacklevel.value, cst.Integer) else 0
             if level < 1:
                 raise Decline(f"`{ctx.code(call)}`: a stacklevel that is no number from 1 up")
-        message = bound["message"].value
-        text, values, percent = _message(ctx, call, message)
+        said = bound["message"].value
+        text, values, percent = message.template(ctx, call, said)
         if text is None:  # the message as it is: text (a Warning instance would bring its own category)
-            why = not_text_or_number(ctx, message)
+            why = not_text_or_number(ctx, said)
             if why:
-                raise Decline(f"the message `{ctx.code(message)}` {why}")
-            text, values = "{}", [message]
-        r = _Report(call, _WARN, [cst.SimpleString(str_literal(text))], values, line_bound=level == 1)
+                raise Decline(f"the message `{ctx.code(said)}` {why}")
+            text, values = "{}", [said]
+        r = _Report(call, _WARN, [message.text_literal(text)], values, line_bound=level == 1)
         if percent:
             r.keywords["percent"] = _TRUE
         if category is not None:
             r.keywords["category"] = category.value
         if stacklevel is not None:
             r.keywords["stacklevel"] = stacklevel.value
-        _casts(ctx, r, percent)
+        r.cast = message.uncast(ctx, r.values, percent)
         return r
 
     def _log(self, ctx: SiteContext, call: cst.Call) -> _Report:
@@ -261,7 +254,7 @@ class ReportIf(Recipe):
             raise Decline(f"`{ctx.code(call)}` has several starred arguments")
         if "template" in keywords:
             r.keywords["template"] = keywords["template"]
-        _casts(ctx, r, False)
+        r.cast = message.uncast(ctx, r.values, False, r.star)
         return r
 
     # --- the rewrite ----------------------------------------------------------------
@@ -351,8 +344,7 @@ class ReportIf(Recipe):
         args += [cst.Arg(v, star="*" if i == r.star else "") for i, v in enumerate(r.values)]
         keywords = dict(r.keywords)
         if r.cast:
-            items = [cst.DictElement(cst.Integer(str(i)), cst.SimpleString(f'"{c}"')) for i, c in sorted(r.cast.items())]
-            keywords = {"cast": cst.Dict(items), **keywords}
+            keywords = {"cast": message.cast_argument(r.cast), **keywords}
         equal = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
         args += [cst.Arg(v, keyword=cst.Name(k), equal=equal) for k, v in keywords.items()]
         small = small.with_changes(value=cst.Call(cst.Name(r.helper), args))
@@ -446,13 +438,6 @@ def _tensors(test: SplitTest) -> list[cst.BaseExpression]:
     return out
 
 
-def _flat(r: _Report) -> list[cst.BaseExpression]:
-    """The values the helper gets one by one (a `%` tuple's items)."""
-    if r.keywords.get("percent") is _TRUE and isinstance(r.values[0], cst.Tuple):
-        return [el.value for el in r.values[0].elements]
-    return list(r.values)
-
-
 def _one_truth(test: SplitTest, scope: cst.CSTNode) -> str | None:
     """Why the tensor condition may have another truth value than the test, or None. A
     test of several tensor operands (`a.any() and b.all()`, `lo < t < hi`) becomes one
@@ -505,143 +490,6 @@ def _single(expr: cst.BaseExpression, scope: cst.CSTNode, _depth: int = 0) -> bo
         one = functools.partial(_single, scope=scope, _depth=_depth)
         return (one(a) and (one(b) or _static_value(b))) or (_static_value(a) and one(b))
     return False
-
-
-# --- the message ----------------------------------------------------------------------
-
-
-def _message(ctx: SiteContext, call: cst.Call, node: cst.BaseExpression) -> tuple[str | None, list[cst.BaseExpression], bool]:
-    """A message as (a template made at run time, its values, whether it is a `%` one);
-    the template None for a message that is no f-string, literal, or `%` / str.format of
-    a literal."""
-    if has_fstring(node):
-        found = format_fields(ctx, call, node)
-        if found is None:
-            raise Decline(f"`{ctx.code(node)}`: an f-string field the op cannot format (a nested format spec, a value it cannot take)")
-        return found[0], found[1], False
-    text = literal(ctx, node)
-    if isinstance(text, str):
-        return text.replace("{", "{{").replace("}", "}}"), [], False
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo) and not has_fstring(node.left):
-        fmt = literal(ctx, node.left)
-        if isinstance(fmt, str):
-            if "%(" in fmt or not _PERCENT_SPEC.search(fmt.replace("%%", "")):
-                raise Decline(f"`{ctx.code(node)}`: a `%` template with a mapping key, or with no conversion")
-            return fmt, [node.right], True
-    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "format":
-        fmt = literal(ctx, node.func.value)
-        if isinstance(fmt, str) and not has_fstring(node.func.value):
-            if any(a.keyword is not None or a.star for a in node.args):
-                raise Decline(f"`{ctx.code(node)}`: str.format with keyword or starred arguments")
-            return fmt, [a.value for a in node.args], False
-    return None, [], False
-
-
-def _casts(ctx: SiteContext, r: _Report, percent: bool) -> None:
-    """Moves `int(t)`, `float(t)` and `t.item()` among the report's values to run time:
-    the value becomes `t`, and ``r.cast`` names the cast at the value's index among
-    those the helper formats (a `%` tuple's items; a log call's arguments, its message
-    first)."""
-    if percent and isinstance(r.values[0], cst.Tuple):
-        tup = r.values[0]
-        if any(isinstance(el, cst.StarredElement) for el in tup.elements):
-            return
-        elements = []
-        for i, el in enumerate(tup.elements):
-            value, cast = _uncast(ctx, el.value)
-            if cast:
-                r.cast[i] = cast
-            elements.append(el.with_changes(value=value))
-        r.values[0] = tup.with_changes(elements=elements)
-        return
-    for i, v in enumerate(r.values):
-        value, cast = _uncast(ctx, v)
-        if cast is not None:
-            if r.star is not None and i >= r.star:
-                raise Decline(f"`{ctx.code(v)}` is at or after a starred argument: its index among the values is not known")
-            r.values[i], r.cast[i] = value, cast
-
-
-def _uncast(ctx: SiteContext, node: cst.BaseExpression) -> tuple[cst.BaseExpression, str | None]:
-    """(`t`, "int") for `int(t)` (the builtin), "float" for `float(t)`, "item" for
-    `t.item()`; else (``node``, None)."""
-    if isinstance(node, cst.Call):
-        recv, name = called(node)
-        if recv is None and name in ("int", "float") and len(node.args) == 1 and is_builtin(ctx, node.func):
-            if node.args[0].keyword is None and not node.args[0].star:
-                return node.args[0].value, name
-        if recv is not None and name == "item" and not node.args:
-            return recv, "item"
-    return node, None
-
-
-# --- evaluated where the original did not -----------------------------------------------
-
-
-def _risk(ctx: SiteContext, node: cst.BaseExpression, at: cst.If, test: SplitTest) -> str | None:
-    """What may happen when ``node`` is evaluated whenever the `if` runs, where the
-    original evaluated it only where the test held: an effect or an error; None when
-    nothing can. A part of the test with no effect may raise: the test, evaluated
-    first, raised there already."""
-    seen = [n for n in walk(test.cond) if isinstance(n, cst.BaseExpression) and not isinstance(n, cst.Name) and pure(n)]
-    return _risk_in(ctx, node, at, seen)
-
-
-def _risk_in(ctx: SiteContext, node: cst.BaseExpression, at: cst.If, seen: list[cst.BaseExpression]) -> str | None:
-    if any(type(s) is type(node) and s.deep_equals(node) for s in seen):
-        return None  # the test computed it already
-    if isinstance(node, cst.Name):
-        if node.value in ("True", "False", "None") or bound_before(ctx, node.value, at):
-            return None
-        return f"reads `{node.value}`, which may not be bound there"
-    if isinstance(node, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString)):
-        return None
-    if isinstance(node, cst.Attribute):
-        return _risk_in(ctx, node.value, at, seen)
-    if isinstance(node, (cst.Tuple, cst.List)):
-        return next(filter(None, (_risk_in(ctx, el.value, at, seen) for el in node.elements)), None)
-    if isinstance(node, cst.BinaryOperation) and not isinstance(node.operator, _SAFE_OPERATORS):
-        return "divides or shifts, which may raise"
-    if isinstance(node, cst.Comparison) and not all(isinstance(c.operator, (*COMPARISONS, cst.Is, cst.IsNot)) for c in node.comparisons):
-        return "tests membership, which may raise"
-    if isinstance(node, (cst.UnaryOperation, cst.BooleanOperation, cst.Comparison, cst.BinaryOperation)):
-        parts = [c for c in node.children if isinstance(c, cst.BaseExpression)]
-        parts += [c.comparator for c in node.comparisons] if isinstance(node, cst.Comparison) else []
-        return next(filter(None, (_risk_in(ctx, p, at, seen) for p in parts)), None)
-    if isinstance(node, cst.Call) and _total(ctx, node):
-        inner = [a.value for a in node.args] + ([node.func.value] if isinstance(node.func, cst.Attribute) else [])
-        return next(filter(None, (_risk_in(ctx, p, at, seen) for p in inner)), None)
-    if isinstance(node, cst.Call):
-        return f"calls `{ctx.code(node.func)}`, which may have effects or raise"
-    if isinstance(node, cst.Subscript):
-        return "indexes"
-    return "may have effects or raise"
-
-
-def _total(ctx: SiteContext, call: cst.Call) -> bool:
-    """A call with no effect that raises for no value of its arguments: a total tensor
-    method or torch function (a dim only 0 or -1), `str` / `repr` / `tuple` / `list` of
-    a shape."""
-    if any(a.keyword is not None or a.star for a in call.args):
-        return False
-    recv, name = called(call)
-    if is_torch_call(call):
-        return name in _TOTAL_TORCH and len(call.args) == 1
-    if recv is not None:
-        dim = len(call.args) == 1 and name in _DIM_METHODS and _end_dim(call.args[0].value)
-        return name in _TOTAL_METHODS and (not call.args or dim)
-    if name not in ("str", "repr", "tuple", "list") or len(call.args) != 1 or not is_builtin(ctx, call.func):
-        return False
-    arg = call.args[0].value
-    if isinstance(arg, cst.Call) and called(arg)[1] in ("tuple", "list") and name in ("str", "repr"):
-        return _total(ctx, arg)
-    size = isinstance(arg, cst.Call) and called(arg)[1] == "size" and called(arg)[0] is not None and not arg.args
-    return size or (isinstance(arg, cst.Attribute) and arg.attr.value == "shape")
-
-
-def _end_dim(node: cst.BaseExpression) -> bool:
-    """0 or -1: a dim every tensor has (a 0-dim one too)."""
-    return cst.Module([]).code_for_node(node).replace(" ", "") in ("0", "-1")
 
 
 RECIPES = (ReportIf,)
