@@ -532,6 +532,157 @@ def test_an_else_of_warnings_keeps_their_lines(pkg):
     )
 
 
+# --- reports beside an update that is the identity where the test is false ---------------
+
+# `if M.any(): <report>; x = x.masked_fill(M, v)`: the update changes nothing where M is
+# all False (branch-to-general-path's updates), so it runs always, after or before the
+# report as written; the report is made conditional.
+UPDATES = {
+    "a warning and a masked_fill at a view of the mask (blind probe topk_attn)": (
+        """
+        def attend(scores):
+            fully_masked = torch.isinf(scores).all(dim=-1)
+            if fully_masked.any():
+                warnings.warn(f"{int(fully_masked.sum())} query rows are fully masked; zeroing them")
+                scores = scores.masked_fill(fully_masked[..., None], 0.0)
+            return scores.softmax(-1)
+        """,
+        "fully_masked.any()",
+        "gbfix_warn_if",
+        """
+        def attend(scores):
+            fully_masked = torch.isinf(scores).all(dim=-1)
+            pred = fully_masked.any()
+            gbfix_warn_if(
+                pred,
+                "{} query rows are fully masked; zeroing them",
+                fully_masked.sum(),
+                cast={0: "int"},
+            )
+            scores = scores.masked_fill(fully_masked[..., None], 0.0)
+            return scores.softmax(-1)
+        """,
+    ),
+    "a method: a Python part kept, a log call, nan_to_num": (
+        """
+        class Block(torch.nn.Module):
+            def forward(self, x):
+                if self.training and not torch.isfinite(x).all():
+                    logger.warning("non-finite activations")
+                    x = torch.nan_to_num(x)
+                return x
+        """,
+        "not torch.isfinite(x).all()",
+        "gbfix_log_if",
+        """
+        class Block(torch.nn.Module):
+            def forward(self, x):
+                if self.training:
+                    gbfix_log_if(
+                        torch.logical_not(torch.isfinite(x).all()),
+                        logger,
+                        "warning",
+                        "non-finite activations",
+                    )
+                    x = torch.nan_to_num(x)
+                return x
+        """,
+    ),
+    "a flag in a local, `* (1 - m.type_as(h))`": (
+        """
+        def pad(h, mask):
+            has_pad = (mask == 0).any()
+            if has_pad:
+                print("padding found")
+                h = h * (1 - (mask == 0).type_as(h))
+            return h
+        """,
+        "has_pad",
+        "gbfix_print_if",
+        """
+        def pad(h, mask):
+            has_pad = (mask == 0).any()
+            gbfix_print_if(has_pad, "padding found")
+            h = h * (1 - (mask == 0).type_as(h))
+            return h
+        """,
+    ),
+    "the update first, of what the test reads: the test is bound before it": (
+        """
+        def clean(x):
+            if not torch.isfinite(x).all():
+                x = torch.nan_to_num(x)
+                print("cleaned")
+            return x
+        """,
+        "not torch.isfinite(x).all()",
+        "gbfix_print_if",
+        """
+        def clean(x):
+            pred = torch.logical_not(torch.isfinite(x).all())
+            x = torch.nan_to_num(x)
+            gbfix_print_if(pred, "cleaned")
+            return x
+        """,
+    ),
+    "torch.any and torch.where with zeros_like": (
+        """
+        def drop(x, m):
+            if torch.any(m > 0.5):
+                x = torch.where(m > 0.5, torch.zeros_like(x), x)
+                warnings.warn("dropped")
+            return x
+        """,
+        "torch.any(m > 0.5)",
+        "gbfix_warn_if",
+        """
+        def drop(x, m):
+            pred = torch.any(m > 0.5)
+            x = torch.where(m > 0.5, torch.zeros_like(x), x)
+            gbfix_warn_if(pred, "dropped")
+            return x
+        """,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", UPDATES)
+def test_reports_beside_an_update_that_is_then_the_identity(case, pkg):
+    before, needle, helpers, after = UPDATES[case]
+    assert _rewrite(before, needle, pkg) == _expect(helpers, after)
+
+
+def test_reports_beside_updates_declined(pkg):
+    # an update that changes x where the test is false
+    body = """
+    def f(x, m):
+        if m.any():
+            print("m")
+            x = x + 1
+        return x
+    """
+    assert "the `if` does more than report: `x = x + 1`" in _declined(body, "m.any()", pkg)
+    # under `if P:` each report tests where it stands: one after an update of what the test reads
+    body = """
+    def f(x, on: bool):
+        if on and not torch.isfinite(x).all():
+            x = torch.nan_to_num(x)
+            print("cleaned")
+        return x
+    """
+    assert "a report comes after an update of what the test reads" in _declined(body, "not torch.isfinite(x).all()", pkg)
+    # an update in the `else:`, where the test holds
+    body = """
+    def f(x, m):
+        if not m.any():
+            print("none")
+        else:
+            x = x.masked_fill(m, 0.0)
+        return x
+    """
+    assert "the `if` does more than report: `x = x.masked_fill(m, 0.0)`" in _declined(body, "not m.any()", pkg)
+
+
 def test_a_script_gets_the_helpers():
     source = "import torch\n\n\ndef f(x):\n    if x.sum() > 0:\n        print(f\"sum {x.sum():.2f}\")\n    return x\n\n\nif __name__ == \"__main__\":\n    f(torch.ones(2))\n"
     out = rewrite_at(source, ReportIf, *_site(source, "x.sum() > 0"), "GB0170")
@@ -777,6 +928,7 @@ def step(x, it):
     nan_rows = torch.isnan(x).any(-1)
     if nan_rows.any():
         warnings.warn(f"{int(nan_rows.sum())} rows hold NaN")
+        x = x.masked_fill(nan_rows[:, None], 0.0)
     if y.mean() > 0.5:
         log.info("high mean %.3f", y.mean())
     if not torch.isfinite(x).all():
@@ -784,7 +936,7 @@ def step(x, it):
     else:
         print(f"finite input, sum {y.sum() + 0:.2f}")
     print("step end")
-    return y.sum()
+    return y.sum() + x.sum()
 """
 
 RUN = """\
@@ -850,6 +1002,7 @@ def test_real_run_every_break_fixed_with_report_if(fixed):
     assert "    pred = torch.isnan(x).any(-1).any()" not in model  # the test as written, a flag of its own
     assert '    gbfix_print_if(grad_norm > 10.0, "iter {}: large grad norm {:.3f}", it, grad_norm)\n' in model
     assert '    gbfix_warn_if(pred, "{} rows hold NaN", nan_rows.sum(), cast={0: "int"})\n' in model
+    assert "    x = x.masked_fill(nan_rows[:, None], 0.0)\n" in model  # runs always: nothing to fill where no row holds NaN
     assert '    gbfix_log_if(y.mean() > 0.5, log, "info", "high mean %.3f", y.mean())\n' in model
     assert "if " not in model.split("def step")[1]  # no data-dependent `if` left
     generated_module = result.fixed[root / "pkg" / "_gbfix.py"].decode()

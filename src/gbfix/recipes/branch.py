@@ -1295,7 +1295,6 @@ class BranchToGeneralPath(BranchRecipe):
         if found is None:
             return None
         node, test = found
-        scope = scope_of(ctx, node)
         cond, negated = test.cond, False
         if isinstance(node, cst.IfExp):
             # `G if c else x`, or `x if not c else G` / `x if x.isfinite().all() else G`
@@ -1304,22 +1303,12 @@ class BranchToGeneralPath(BranchRecipe):
             elif _finite_check(cst.UnaryOperation(operator=cst.Not(), expression=cond)) is not None:
                 negated, cond = True, cst.UnaryOperation(operator=cst.Not(), expression=cond)
             kept, value = (node.body, node.orelse) if negated else (node.orelse, node.body)
-            if name_of(kept) is None:
+            if name_of(kept) is None or not _general(ctx, node, cond, kept.value, value):
                 return None
-            target = kept.value
         else:
             assign = single(node.body)
-            if node.orelse is not None:
+            if node.orelse is not None or assign is None or not general_update(ctx, node, cond, assign):
                 return None
-            if assign is None or not m.matches(assign, m.Assign(targets=[m.AssignTarget(target=m.Name())])):
-                return None
-            target, value = assign.targets[0].target.value, assign.value
-        if not bound_before(ctx, target, node) or mutated(scope, target):
-            return None  # the general path makes a new tensor where the original kept x itself
-        if not all(bound_before(ctx, n, node) for n in variable_names(value)):
-            return None
-        if not self._identity_when_false(ctx, node, cond, value, target):
-            return None
         # G whatever c is: a Python part P still decides where c did not (with `and`,
         # G only under P; with `or`, x only under P), and `or` with G taken always goes.
         keep = test.prefix is not None and (test.kind == "and") != negated
@@ -1344,6 +1333,26 @@ class BranchToGeneralPath(BranchRecipe):
             return _nan_to_num_of(value, target)
         mask = _any_of(cond)
         return mask is not None and pure(mask) and _is_bool(mask, scope) and _identity_when_clear(value, target, mask)
+
+
+def general_update(ctx: SiteContext, at: cst.CSTNode, cond: cst.BaseExpression, small: cst.BaseSmallStatement) -> bool:
+    """``small`` is `x = <update of x>` in the body of the `if` at ``at`` that leaves x
+    as it is, bit for bit, where ``cond`` (the tensor test) is false: run whatever the
+    test says, it changes nothing there (branch-to-general-path's updates; report-if
+    keeps such updates beside its reports)."""
+    if not m.matches(small, m.Assign(targets=[m.AssignTarget(target=m.Name())])):
+        return False
+    assign = cast(cst.Assign, small)
+    return _general(ctx, at, cond, cast(cst.Name, assign.targets[0].target).value, assign.value)
+
+
+def _general(ctx: SiteContext, at: cst.CSTNode, cond: cst.BaseExpression, target: str, value: cst.BaseExpression) -> bool:
+    """`target = value` under the test at ``at`` is the identity where ``cond`` is false."""
+    if not bound_before(ctx, target, at) or mutated(scope_of(ctx, at), target):
+        return False  # the general path makes a new tensor where the original kept x itself
+    if not all(bound_before(ctx, n, at) for n in variable_names(value)):
+        return False
+    return BranchToGeneralPath._identity_when_false(ctx, at, cond, value, target)
 
 
 # ---------------------------------------------------------------- if c: x = None / return None

@@ -56,13 +56,24 @@ from gbfix.recipes.analysis import (
     is_builtin,
     is_module_global,
     is_torch_call,
+    name_of,
     pure,
     qualified_names,
     scope_of,
     single_binding,
 )
 from gbfix.recipes.base import Decline, Recipe, Replacement, SiteContext
-from gbfix.recipes.branch import SplitTest, _bare, _is_elif, _static_value, fit, fresh, make_call, site_branch
+from gbfix.recipes.branch import (
+    SplitTest,
+    _bare,
+    _is_elif,
+    _static_value,
+    fit,
+    fresh,
+    general_update,
+    make_call,
+    site_branch,
+)
 from gbfix.recipes.leaf_helpers import LOGGER_METHODS
 from gbfix.recipes.logging_call import (
     LoggerToOp,
@@ -272,7 +283,18 @@ class ReportIf(Recipe):
         cond: cst.BaseExpression = test.tensor
         # torch.logical_* the rewrite writes (a `not`, an `else:`), where the test had no torch
         self._torch = orelse is not None or "torch" in variable_names(cond) and "torch" not in variable_names(test.cond)
-        bind = test.prefix is None and not _is_elif(ctx, if_node) and isinstance(body, cst.IndentedBlock) and (len(reports) > 1 or warns)
+        # an update the body makes (report-if's _report_if took only such): the test is
+        # bound first where it may read what an update changes
+        updated = {name_of(sm.targets[0].target) for sm in _smalls(body) if isinstance(sm, cst.Assign)}
+        reread = bool(updated & variable_names(test.cond))
+        bind = test.prefix is None and not _is_elif(ctx, if_node) and isinstance(body, cst.IndentedBlock) and (len(reports) > 1 or warns or reread)
+        if reread and not bind:
+            changed: set[str | None] = set()
+            for sm in _smalls(body) + (_smalls(orelse.body) if isinstance(orelse, cst.Else) else []):
+                if isinstance(sm, cst.Assign):
+                    changed.add(name_of(sm.targets[0].target))
+                elif changed & variable_names(test.cond):
+                    raise Decline("a report comes after an update of what the test reads, and would test the updated value")
         if len(reports) > 1 and not bind and not pure(test.cond):
             raise Decline("the test may have effects, and each report would evaluate it")
         if test.prefix is not None or _is_elif(ctx, if_node):
@@ -338,7 +360,8 @@ class ReportIf(Recipe):
     def _small(self, small: cst.BaseSmallStatement, cond: cst.BaseExpression, reports: dict[int, _Report], column: int | None) -> cst.BaseSmallStatement:
         """The conditional call of the report ``small`` makes, laid out one argument a line
         when it is long (not on a one-line `if`: ``column`` None)."""
-        assert isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)
+        if not (isinstance(small, cst.Expr) and id(small.value) in reports):
+            return small  # an update that is the identity where the test is false: as written
         r = reports[id(small.value)]
         args = [cst.Arg(_bare(cond)), *(cst.Arg(h) for h in r.head)]
         args += [cst.Arg(v, star="*" if i == r.star else "") for i, v in enumerate(r.values)]
@@ -392,7 +415,12 @@ def _report_if(ctx: SiteContext) -> tuple[cst.If, SplitTest, list[cst.Call]] | N
     if not reports:
         return None
     compound = next((s for s in statements if not isinstance(s, cst.SimpleStatementLine)), None)
-    other = next((sm for sm in smalls if not (isinstance(sm, cst.Expr) and any(sm.value is c for c in reports))), None)
+    # besides reports, the body may update a tensor in a way that leaves it as it is where
+    # the test is false (`x = x.masked_fill(M, 0)` under `if M.any():`): it then runs always
+    updates = {id(sm) for sm in _smalls(if_node.body) if general_update(ctx, if_node, test.cond, sm)}
+    other = next(
+        (sm for sm in smalls if not (isinstance(sm, cst.Expr) and any(sm.value is c for c in reports)) and id(sm) not in updates), None
+    )
     if compound is not None or other is not None:
         shown = ctx.code(other).strip() if other is not None else ctx.code(compound).splitlines()[0].strip()
         raise Decline(f"the `if` does more than report: `{shown}`")
