@@ -106,3 +106,14 @@ def test_another_library_line_that_broke_before_is_no_new_break():
 def test_a_library_line_that_never_broke_is_a_new_break():
     status, detail = site_verdict(USER_CONFIG, [lib_trial("GB0170", 70)], 8, set(), frozenset({(LIB, 64), (LIB, 68)}))
     assert status == "rejected:new-break" and "line 20 now breaks with GB0170" in detail
+
+
+def test_a_library_line_that_broke_before_behind_the_patched_copy_is_its_own_site():
+    # library-patch's copy of step (rewritten lines 14-60 of the user's file) calls the
+    # library's _get_variance, whose line 282 broke before: that is _get_variance's site
+    edit = Edit(1, Site(PATH, 20, 8, 13, lib_brk("GB0170", 449)), "library-patch", "safe", "", (14, 0), (60, 0), None, None)
+    other = TrialBreak("GB0170", PATH, Mapped(30, 30, True), 8, lib_brk("GB0170", 282), "step", (), (LIB, 282))
+    assert site_verdict(edit, [other], 8, set(), frozenset({(LIB, 449), (LIB, 282)})) is None
+    # a library line that never broke, behind the copy: the copy's doing
+    status, _ = site_verdict(edit, [other], 8, set(), frozenset({(LIB, 449)}))
+    assert status == "rejected:no-reduction"

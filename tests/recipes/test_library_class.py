@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from gbfix import edits, engine
+from gbfix import edits, engine, generated
 from gbfix.entry import parse as parse_entry
 from gbfix.locate import Locator
 from gbfix.recipes.base import SiteContext
@@ -940,6 +940,25 @@ def test_a_helper_name_the_script_binds_otherwise(tmp_path):
     assert patch(tmp_path, script, body=body) is None
     (tmp_path / "again").mkdir()
     assert "gbfix_print(" in patch(tmp_path / "again", body=body)
+
+
+def test_helpers_an_earlier_round_wrote_into_the_script_are_gbfix_s_own(tmp_path):
+    """A second library method patched in a later round (DDIM's step after _get_variance)
+    needs the helpers the first patch wrote into the script, one of them bound by an
+    assignment (`_gbfix_take_op = ...`): gbfix's own code, not a clash."""
+    layers = ALONE.replace(
+        "self.proj = nn.Linear(dim, dim)",
+        "self.proj = nn.Linear(dim, dim)\n        self.table = torch.linspace(1, 0, 10)\n        self.one = torch.tensor(1.0)",
+    )
+    body = "t = x.sum().long() - 1\nv = self.table[t] if t >= 0 else self.one  # BREAK\nreturn x * v"
+    pieces = generated.closure(["gbfix_index_or"])
+    assert "_gbfix_take_op" in [p.name for p in pieces]
+    written = SCRIPT.replace("from pkg.model import Net\n", "from pkg.model import Net\n\n\n" + "\n\n".join(p.code for p in pieces) + "\n")
+    out = patch(tmp_path, written, body=body, layers=layers, code="GB0170", lib_span="t >= 0")
+    assert out is not None and "gbfix_index_or(" in out.split("class _GbfixFixedBlock")[1]
+    # the same name bound by the user's own code is still a clash
+    mine = SCRIPT.replace("from pkg.model import Net\n", "from pkg.model import Net\n\n_gbfix_take_op = None\n")
+    assert patch(tmp_path / "mine", mine, body=body, layers=layers, code="GB0170", lib_span="t >= 0") is None
 
 
 def test_the_inner_recipe_sees_the_librarys_class(tmp_path):

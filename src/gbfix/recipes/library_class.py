@@ -655,7 +655,8 @@ def _with_fixed_copy(
     fixed = fn.visit(_Swap(rw.original, rw.replacement))
     if not isinstance(fixed, cst.FunctionDef):
         raise Decline("the rewrite removes the method")
-    clash = next((name for name, _ in rw.helpers if taken(ctx, name)), None)
+    # a helper an earlier round wrote into this file (its code there as it is) is gbfix's own
+    clash = next((name for name, code in rw.helpers if taken(ctx, name) and code.strip() not in ctx.file.source.text), None)
     if clash is not None:
         raise Decline(f"this file binds {clash} to something else")
     # the copy's own name (a function's is new) and the blank lines above it in the user's file
