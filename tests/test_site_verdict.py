@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 from gbfix.linemap import Mapped
 from gbfix.records import Break, Cause, Edit, Frame, Site
@@ -117,3 +119,32 @@ def test_a_library_line_that_broke_before_behind_the_patched_copy_is_its_own_sit
     # a library line that never broke, behind the copy: the copy's doing
     status, _ = site_verdict(edit, [other], 8, set(), frozenset({(LIB, 449)}))
     assert status == "rejected:no-reduction"
+
+
+def test_a_verbatim_copy_of_a_library_line_that_broke_before_is_its_own_site(tmp_path):
+    # library-patch's copy of DDPM's step holds its `if t > 0:` line (library line 8), which
+    # broke before: a break there is that site's, not the edit's (at library line 5)
+    lib = tmp_path / "ddpm.py"
+    lib.write_text("class S:\n    def step(self, t):\n        k = 1\n        # the site\n        a = self.table[t - 1] if t > 0 else self.one\n        b = 2\n        c = 3\n        if t > 0:\n            a = a + 1\n")
+    own, other = (str(lib), 5), (str(lib), 8)
+    edit = Edit(1, Site(PATH, 20, 8, 13, Break((Cause("GB0170", "GB0170", ""),), (Frame(str(PATH), 20, 8, 13, "f"), Frame(str(lib), 5, 8, 30, "step")))), "library-patch", "safe", "", (14, 0), (60, 0), None, None)
+    copy = TrialBreak("GB0170", PATH, Mapped(30, 30, True), 8, brk("GB0170", 30, 8), "step", (), None, "if t > 0:")
+    assert site_verdict(edit, [copy], 8, set(), frozenset({own, other})) is None
+    # the edit's own line, still breaking in the copy (its text as in the library): no reduction
+    same = TrialBreak("GB0170", PATH, Mapped(28, 28, True), 8, brk("GB0170", 28, 8), "step", (), None, "a = self.table[t - 1] if t > 0 else self.one")
+    assert site_verdict(edit, [same], 8, set(), frozenset({own, other}))[0] == "rejected:no-reduction"
+    # a line of the copy that never broke in the library: the edit's doing
+    assert site_verdict(edit, [copy], 8, set(), frozenset({own}))[0] == "rejected:no-reduction"
+
+
+def test_place_gives_each_break_the_edited_line_it_broke_on():
+    from gbfix.linemap import LineMap
+    from gbfix.records import RunResult
+    from gbfix.verify import place
+
+    edited = "a = 1\nif t > 0:\n    b = 2\n"
+    lm = LineMap("a = 1\nb = 2\n", edited)
+    result = SimpleNamespace(breaks=(brk("GB0170", 2, 0),))  # place reads only the breaks
+    (tb,) = place(cast(RunResult, result), {PATH}, {PATH: lm})
+    assert tb.text == "if t > 0:" and tb.at.rewritten
+    assert lm.text(9) == ""

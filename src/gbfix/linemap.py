@@ -21,6 +21,7 @@ class Mapped:
 class LineMap:
     def __init__(self, original: str, edited: str) -> None:
         a, b = original.splitlines(), edited.splitlines()
+        self._edited = b
         self._map: dict[int, Mapped] = {}
         matcher = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
         for tag, i1, i2, j1, j2 in matcher.get_opcodes():
@@ -34,3 +35,7 @@ class LineMap:
 
     def __call__(self, line: int) -> Mapped:
         return self._map.get(line, Mapped(line, line, False))
+
+    def text(self, line: int) -> str:
+        """The edited file's line ``line``, stripped ("" past its end)."""
+        return self._edited[line - 1].strip() if 0 < line <= len(self._edited) else ""

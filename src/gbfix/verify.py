@@ -9,6 +9,7 @@ An edit is kept only if
 
 from __future__ import annotations
 
+import linecache
 import os
 import re
 from collections import Counter
@@ -36,6 +37,7 @@ class TrialBreak:
     # a break inside a helper an edit added is the edit's if a call from its span led there.
     callers: tuple[Mapped, ...] = ()
     leaf: tuple[str, int] | None = None  # see ``locate.library_leaf``
+    text: str = ""  # the line of the edited file it broke on, stripped ("" where the file is not edited)
 
 
 def site_key(site: Site) -> tuple:
@@ -57,7 +59,8 @@ def place(result: RunResult, targets: set[Path], maps: dict[Path, LineMap]) -> l
         inner = brk.stack.index(frame)
         callers = tuple(mapped(f.line) for f in reversed(brk.stack[:inner]) if _same_file(f.file, path))
         code = brk.root.code or brk.root.gb_type
-        out.append(TrialBreak(code, path, mapped(frame.line), frame.col, brk, frame.name, callers, library_leaf(brk, path)))
+        text = lm.text(frame.line) if lm else ""
+        out.append(TrialBreak(code, path, mapped(frame.line), frame.col, brk, frame.name, callers, library_leaf(brk, path), text))
     return out
 
 
@@ -104,15 +107,26 @@ def site_verdict(
                 return "rejected:new-break", f"line {site.line} now breaks with {describe(tb)}"
             continue
         if tb.at.line <= last and tb.at.last >= first:
-            if tb.leaf is not None and tb.leaf != library_leaf(site.brk, site.path) and tb.leaf in leaves_before:
-                # a library method the rewritten code (a patched copy of another) calls
-                # broke there before: that break is its own site's, judged by its edit
+            if _another_sites(tb, library_leaf(site.brk, site.path), leaves_before):
                 continue
             if tb.code == site.code:
                 return "rejected:no-reduction", f"the rewritten code still breaks with {tb.code}"
             if tb.code not in codes_before:
                 return "rejected:new-break", f"the rewritten code breaks with {describe(tb)}"
     return None
+
+
+def _another_sites(tb: TrialBreak, own: tuple[str, int] | None, leaves_before: frozenset[tuple[str, int]]) -> bool:
+    """A break in the edit's rewritten code that is another site's, judged by that site's
+    edit: library-patch copies a library method whole into the user's file, so a break
+    of another library line that broke before shows there, in the copy of that line
+    (the same text), or behind a call the copy makes into that line."""
+    if tb.leaf is not None:
+        return tb.leaf != own and tb.leaf in leaves_before
+    if not tb.text or own is None:
+        return False
+    others = {linecache.getline(file, line).strip() for file, line in leaves_before if (file, line) != own}
+    return tb.text in others and tb.text != linecache.getline(*own).strip()
 
 
 def _helper_names(edit: Edit) -> set[str]:
