@@ -645,6 +645,17 @@ def test_transformers_docstring_decorators(tmp_path):
     assert "        @add_start_docstrings_to_model_forward(DOC)\n        def forward(self, x, mask=None):\n" in out
 
 
+def test_transformers_5_auto_docstring(tmp_path):
+    """transformers 5 decorates forward with `@can_return_tuple` and `@auto_docstring` (which,
+    on a method, sets __doc__ and returns the function): both kept on the copy."""
+    layers = ALONE.replace(
+        "from .helpers import exists\n", "from .helpers import exists\nfrom ...utils import auto_docstring, can_return_tuple\n"
+    ).replace("    def forward(self, x, mask=None):", "    @can_return_tuple\n    @auto_docstring\n    def forward(self, x, mask=None):")
+    script = SCRIPT.replace("from pkg.model import Net", "from transformers.models.tiny.model import Net")
+    out = patch(tmp_path, script, layers=layers, package="transformers.models.tiny")
+    assert "        @can_return_tuple\n        @auto_docstring\n        def forward(self, x, mask=None):\n" in out
+
+
 def test_a_decorator_of_the_same_name_from_elsewhere(tmp_path):
     """The name alone is not enough: the package must be transformers."""
     layers = ALONE.replace("from .helpers import exists\n", "from .helpers import exists\nfrom .utils import add_start_docstrings_to_model_forward\n")

@@ -182,6 +182,8 @@ _NEUTRAL_DECORATORS = frozenset(
         )
     }
     | {f"transformers.utils.{module}{name}" for module in ("", "generic.") for name in ("can_return_tuple", "merge_with_config_defaults")}
+    # transformers 5's docstring generator: on a method it sets __doc__ and returns the function
+    | {"transformers.utils.auto_docstring", "transformers.utils.auto_docstring.auto_docstring"}
 )
 _MODULE_DUNDERS = frozenset({"__name__", "__file__", "__spec__", "__package__", "__loader__", "__doc__", "__builtins__", "__path__"})
 
