@@ -649,10 +649,11 @@ def main() -> None:
 
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
         list(ex.map(one, progs))
-    results = [json.loads(p.read_text()) for p in sorted(outdir.glob("*.json")) if p.name in selected]
-    (RESULTS / f"{tag}.json").write_text(json.dumps({"wall_s": round(time.monotonic() - t0), "results": results},
+    stored = {p.name: json.loads(p.read_text()) for p in sorted(outdir.glob("*.json"))}
+    # every program's stored result: a partial run (--only) replaces its own programs' only
+    (RESULTS / f"{tag}.json").write_text(json.dumps({"wall_s": round(time.monotonic() - t0), "results": list(stored.values())},
                                                     indent=1, sort_keys=True))
-    print(table(results))
+    print(table([r for name, r in stored.items() if name in selected]))
     print(f"wall time {time.monotonic() - t0:.0f} s for {len(progs)} programs")
 
 
