@@ -15,7 +15,7 @@ import torch
 
 def check_finite(x):
     if torch.isnan(x).any():
-        raise ValueError(f"NaN in {x.sum()}")
+        raise ValueError("NaN in %.1f" % x.sum())
     return x
 
 
@@ -43,8 +43,8 @@ def applied(tmp_path_factory):
 
 
 def test_a_site_reported_twice_counts_once_after_the_edits(applied):
-    # The print is fixed; the branch in check_finite stays (its message formats a tensor, which
-    # raise-if declines: the only fix is branch-to-check, unsafe) and Dynamo
+    # The print is fixed; the branch in check_finite stays (its message converts a tensor with
+    # float(), `%.1f`, which raise-if declines: the only fix is branch-to-check, unsafe) and Dynamo
     # reports it twice, once from each compiled function: one site still breaks, not two.
     summary = "Found 2 graph break sites: 1 fixed, 1 fixable with --unsafe-fixes. 1 site still breaks after the edits."
     assert applied.returncode == 1, applied.stderr
