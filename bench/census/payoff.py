@@ -137,7 +137,11 @@ def main() -> None:
             row["same"] = o.pop("digest") == e.pop("digest")
         rows.append(row)
         print(fmt(row), file=sys.stderr, flush=True)
-        out.write_text(json.dumps(rows, indent=1))  # after each program: a run stopped midway keeps what it measured
+        # after each program: a run stopped midway keeps what it measured; a partial run (--only)
+        # replaces the stored rows of its own programs only
+        kept = json.loads(out.read_text()) if out.exists() else []
+        measured = {r["program"] for r in rows}
+        out.write_text(json.dumps([r for r in kept if r["program"] not in measured] + rows, indent=1))
     print(table(rows))
 
 
