@@ -616,9 +616,24 @@ def _torch_argument(ctx: SiteContext, node: cst.BaseExpression, _depth: int = 0)
 
 
 def taken(ctx: SiteContext, helper: str) -> bool:
-    """The module binds ``helper`` to something else than a function or an import
-    from the package's generated module (gbfix's)."""
-    return any(not isinstance(n, cst.FunctionDef) and not generated.is_import(n) for n in global_bindings(ctx, helper))
+    """The module binds ``helper`` to something else than gbfix's: a function, an import
+    from the generated module, or a statement of the registered piece of that name (an
+    earlier round wrote it into this file: `_gbfix_take_op = getattr(...)`)."""
+    for n in global_bindings(ctx, helper):
+        if isinstance(n, cst.FunctionDef) or generated.is_import(n):
+            continue
+        statement = next((a for a in ctx.ancestors(n) if isinstance(a, cst.BaseSmallStatement)), n)
+        if ctx.code(statement).strip() not in _piece_statements(helper):
+            return True
+    return False
+
+
+@functools.cache
+def _piece_statements(name: str) -> frozenset[str]:
+    """The simple statements of the registered piece ``name``, as written."""
+    code = next((p.code for p in generated.closure([name]) if p.name == name), "")
+    module = cst.parse_module(code)
+    return frozenset(module.code_for_node(n).strip() for n in walk(module) if isinstance(n, cst.BaseSmallStatement))
 
 
 def module_name(path: Path) -> str:

@@ -657,7 +657,7 @@ def _with_fixed_copy(
     fixed = fn.visit(_Swap(rw.original, rw.replacement))
     if not isinstance(fixed, cst.FunctionDef):
         raise Decline("the rewrite removes the method")
-    clash = next((name for name, code in rw.helpers if taken(ctx, name) and not _written_by_gbfix(ctx, name, code)), None)
+    clash = next((name for name, _ in rw.helpers if taken(ctx, name)), None)
     if clash is not None:
         raise Decline(f"this file binds {clash} to something else")
     # the copy's own name (a function's is new) and the blank lines above it in the user's file
@@ -665,19 +665,6 @@ def _with_fixed_copy(
     (start, end) = parsed.span(copied)
     edit = Edit(0, ctx.site, recipe.name, safety, rw.message, start, end, copied, fixed, rw.imports, rw.helpers)
     return cst.parse_module(edits.apply(parsed, [edit]))
-
-
-def _written_by_gbfix(ctx: SiteContext, name: str, code: str) -> bool:
-    """Each statement binding ``name`` in the user's file is one of the helper's own
-    (``code``): an earlier round wrote it there (`_gbfix_take_op = getattr(...)`)."""
-    piece = cst.parse_module(code)
-    ours = {piece.code_for_node(n).strip() for n in nodes(piece, cst.BaseSmallStatement)}
-    statements = [
-        next((a for a in ctx.ancestors(n) if isinstance(a, cst.BaseSmallStatement)), n)
-        for n in global_bindings(ctx, name)
-        if not isinstance(n, cst.FunctionDef)
-    ]
-    return all(ctx.code(st).strip() in ours for st in statements)
 
 
 class _Swap(cst.CSTTransformer):
