@@ -410,7 +410,7 @@ def number_evidence(ctx: SiteContext, expr: cst.BaseExpression, scope: cst.CSTNo
     if isinstance(expr, cst.Subscript):  # x.shape[i]
         return isinstance(expr.value, cst.Attribute) and expr.value.attr.value == "shape"
     if isinstance(expr, cst.Name):
-        return _name_is_number(ctx, expr.value, scope, _depth)
+        return range_counter(ctx, expr) or _name_is_number(ctx, expr.value, scope, _depth)
     if isinstance(expr, cst.Attribute):
         return _attribute_is_number(ctx, expr, scope, _depth)
     if isinstance(expr, cst.Call):
@@ -436,12 +436,6 @@ def _name_is_number(ctx: SiteContext, name: str, scope: cst.CSTNode, depth: int)
                 if ann is not None:
                     return name_of(ann) in ("int", "float")
                 return param.default is not None and isinstance(_unsigned(param.default), (cst.Integer, cst.Float))
-        for n in walk(scope.body):  # `for i in range(n)`
-            if isinstance(n, cst.For) and name_of(n.target) == name and isinstance(n.iter, cst.Call):
-                if called(n.iter) == (None, "range") and not any(
-                    name in target_names(a.targets[0].target) for a in walk(scope.body) if isinstance(a, cst.Assign)
-                ):
-                    return True
     value = single_binding(scope, name)
     return value is not None and number_evidence(ctx, value, scope, depth + 1)
 
