@@ -358,10 +358,7 @@ def site_branch(ctx: SiteContext) -> tuple[cst.If | cst.IfExp, SplitTest] | None
 def _tensor_name(name: str, scope: cst.CSTNode) -> bool:
     """The scope calls a tensor method on ``name``, or binds it once to a torch call or
     to a reduction, map, cast or view of such a name (`pos_rate = labels.mean()`)."""
-    if tensor_evidence(name, scope):
-        return True
-    value = single_binding(scope, name)
-    return isinstance(value, cst.Call) and (is_torch_call(value) or _method_of_tensor(value, scope))
+    return tensor_evidence(name, scope) or _tensor_call(single_binding(scope, name), scope)
 
 
 # ---------------------------------------------------------------- scope
@@ -732,9 +729,14 @@ def _tensor_arm(expr: cst.BaseExpression, scope: cst.CSTNode) -> bool:
         if tensor_evidence(name, scope):
             return True
         bound = [a.value for a in nodes(scope, cst.Assign) if any(name_of(t.target) == name for t in a.targets)]
-        if any(isinstance(v, cst.Call) and (is_torch_call(v) or _method_of_tensor(v, scope)) for v in bound):
+        if any(_tensor_call(v, scope) for v in bound):
             return True
     return False
+
+
+def _tensor_call(value: cst.BaseExpression | None, scope: cst.CSTNode) -> bool:
+    """A torch call, or a method returning a tensor of something the scope uses as one."""
+    return isinstance(value, cst.Call) and (is_torch_call(value) or _method_of_tensor(value, scope))
 
 
 def _method_of_tensor(call: cst.Call, scope: cst.CSTNode) -> bool:
@@ -1319,21 +1321,6 @@ class BranchToGeneralPath(BranchRecipe):
             self._plan = _replace_if(ctx, node, test if keep else replace(test, prefix=None), assign)
         return node
 
-    @staticmethod
-    def _identity_when_false(
-        ctx: SiteContext, at: cst.CSTNode, cond: cst.BaseExpression, value: cst.BaseExpression, target: str
-    ) -> bool:
-        scope = scope_of(ctx, at)
-        if isinstance(cond, cst.Name):  # a flag: `has_pads = M.any()` earlier in the block
-            flag = _flag_value(ctx, cond.value, at)
-            if flag is None:
-                return False
-            cond = flag
-        if _finite_check(cond) == target:
-            return _nan_to_num_of(value, target)
-        mask = _any_of(cond)
-        return mask is not None and pure(mask) and _is_bool(mask, scope) and _identity_when_clear(value, target, mask)
-
 
 def general_update(ctx: SiteContext, at: cst.CSTNode, cond: cst.BaseExpression, small: cst.BaseSmallStatement) -> bool:
     """``small`` is `x = <update of x>` in the body of the `if` at ``at`` that leaves x
@@ -1352,7 +1339,15 @@ def _general(ctx: SiteContext, at: cst.CSTNode, cond: cst.BaseExpression, target
         return False  # the general path makes a new tensor where the original kept x itself
     if not all(bound_before(ctx, n, at) for n in variable_names(value)):
         return False
-    return BranchToGeneralPath._identity_when_false(ctx, at, cond, value, target)
+    if isinstance(cond, cst.Name):  # a flag: `has_pads = M.any()` earlier in the block
+        flag = _flag_value(ctx, cond.value, at)
+        if flag is None:
+            return False
+        cond = flag
+    if _finite_check(cond) == target:
+        return _nan_to_num_of(value, target)
+    mask = _any_of(cond)
+    return mask is not None and pure(mask) and _is_bool(mask, scope_of(ctx, at)) and _identity_when_clear(value, target, mask)
 
 
 # ---------------------------------------------------------------- if c: x = None / return None
