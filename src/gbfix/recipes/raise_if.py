@@ -94,7 +94,7 @@ from gbfix.recipes.branch import (
 from gbfix.recipes.logging_call import helper_fits, not_a_plain_value, not_text_or_number, observed_owner
 from gbfix.recipes.print_call import _to_text, has_fstring
 from gbfix.recipes.scalar import as_double, item_assert
-from gbfix.recipes.tree import walk
+from gbfix.recipes.tree import keyword_arg, walk
 from gbfix.recipes.warn_call import message_values
 
 # ---------------------------------------------------------------- the message
@@ -205,8 +205,7 @@ class Message:
         keywords: dict[str, cst.BaseExpression] = {"cast": message.cast_argument(cast)} if cast else {}
         if percent:
             keywords["percent"] = cst.Name("True")
-        equal = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
-        return out + [cst.Arg(v, keyword=cst.Name(k), equal=equal) for k, v in keywords.items()]
+        return out + [keyword_arg(k, v) for k, v in keywords.items()]
 
     @staticmethod
     def arguments(args: Sequence[cst.Arg]) -> list[cst.Arg]:

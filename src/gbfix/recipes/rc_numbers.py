@@ -19,6 +19,7 @@ from gbfix.rccodes import cause
 from gbfix.recipes import compiled_call
 from gbfix.recipes.base import Decline, Recipe, SiteContext
 from gbfix.recipes.config_route import binds_torch
+from gbfix.recipes.tree import keyword_arg
 
 
 class TensorArgument(Recipe):
@@ -43,7 +44,7 @@ class TensorArgument(Recipe):
     def rewrite(self, node: cst.CSTNode) -> cst.CSTNode:
         if not binds_torch((self.into or self.ctx.file).module):
             self.need_import("torch")
-        dtype = cst.Arg(cst.parse_expression("torch.float64"), keyword=cst.Name("dtype"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+        dtype = keyword_arg("dtype", cst.parse_expression("torch.float64"))
         return cst.Call(cst.parse_expression("torch.tensor"), [cst.Arg(node), dtype])
 
 

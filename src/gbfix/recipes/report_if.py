@@ -84,7 +84,7 @@ from gbfix.recipes.logging_call import (
     observed_owner,
 )
 from gbfix.recipes.print_call import PrintToHop
-from gbfix.recipes.tree import variable_names, walk
+from gbfix.recipes.tree import keyword_arg, variable_names, walk
 from gbfix.recipes.vocabulary import FULL_REDUCTIONS
 from gbfix.recipes.warn_call import WarnRecipe, _bind, _is_chain
 
@@ -365,11 +365,8 @@ class ReportIf(Recipe):
         r = reports[id(small.value)]
         args = [cst.Arg(_bare(cond)), *(cst.Arg(h) for h in r.head)]
         args += [cst.Arg(v, star="*" if i == r.star else "") for i, v in enumerate(r.values)]
-        keywords = dict(r.keywords)
-        if r.cast:
-            keywords = {"cast": message.cast_argument(r.cast), **keywords}
-        equal = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
-        args += [cst.Arg(v, keyword=cst.Name(k), equal=equal) for k, v in keywords.items()]
+        keywords = {"cast": message.cast_argument(r.cast), **r.keywords} if r.cast else r.keywords
+        args += [keyword_arg(k, v) for k, v in keywords.items()]
         small = small.with_changes(value=cst.Call(cst.Name(r.helper), args))
         return small if column is None else fit(small, column)
 

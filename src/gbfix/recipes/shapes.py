@@ -54,7 +54,7 @@ from libcst.metadata import Assignment, QualifiedNameSource
 
 from gbfix.recipes.analysis import COMPARISONS, call_at, is_module_global, qualified_names
 from gbfix.recipes.base import Recipe, Replacement, SiteContext
-from gbfix.recipes.tree import walk
+from gbfix.recipes.tree import keyword_arg, walk
 from gbfix.recipes.vocabulary import CASTS, ELEMENTWISE, PREDICATES
 
 
@@ -185,11 +185,7 @@ class OneHotNumClasses(Recipe):
 
     def rewrite(self, node: cst.CSTNode) -> Replacement:
         assert isinstance(node, cst.Call)
-        count = cst.Arg(
-            self._count,
-            keyword=cst.Name("num_classes"),
-            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
-        )
+        count = keyword_arg("num_classes", self._count)
         first = node.args[0]
         if len(node.args) == 1:
             first = first.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))

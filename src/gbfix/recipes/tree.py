@@ -6,6 +6,11 @@ from collections.abc import Callable, Iterator
 
 import libcst as cst
 
+
+def keyword_arg(name: str, value: cst.BaseExpression) -> cst.Arg:
+    """`name=value`, spaced as a call's keyword argument is (no spaces around `=`)."""
+    return cst.Arg(value, keyword=cst.Name(name), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+
 # Bodies that run in a scope of their own, at another time than the code around them.
 _SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 
