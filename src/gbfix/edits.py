@@ -16,11 +16,13 @@ from gbfix.recipes.layout import add_helpers
 from gbfix.records import Edit
 
 
-class _Replace(cst.CSTTransformer):
-    def __init__(self, replacements: dict[int, object], first: dict[int, cst.SimpleStatementLine]) -> None:
+class Replace(cst.CSTTransformer):
+    """Nodes replaced by identity (``replacements``: id of an original node -> its replacement)."""
+
+    def __init__(self, replacements: dict[int, object], first: dict[int, cst.SimpleStatementLine] | None = None) -> None:
         super().__init__()
         self.replacements = replacements
-        self.first = first  # id of a function -> a statement to put first in its body
+        self.first = first or {}  # id of a function -> a statement to put first in its body
 
     def on_leave(self, original_node, updated_node):
         if id(original_node) in self.first:
@@ -49,7 +51,7 @@ def apply(parsed: ParsedFile, edits: Iterable[Edit]) -> bytes:
     first: dict[int, cst.SimpleStatementLine] = {}
     if home is not None and not generated.imports_torch(parsed.module):
         first = _local_imports(parsed, edits, home)
-    module = parsed.module.visit(_Replace({id(e.original): e.replacement for e in edits}, first))
+    module = parsed.module.visit(Replace({id(e.original): e.replacement for e in edits}, first))
     imports = list(dict.fromkeys(imp for e in edits for imp in e.imports))
     if home is None:
         module = add_helpers(module, helpers)

@@ -13,9 +13,12 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
-from gbfix import edits as edit_ops
+import libcst as cst
+
 from gbfix import (
+    compound,
     escape,
     fullgraph,
     generated,
@@ -26,6 +29,7 @@ from gbfix import (
     sources,
     writes,
 )
+from gbfix import edits as edit_ops
 from gbfix.detect import Pending, Prober, RunFailed, warm_worker
 from gbfix.entry import Entry
 from gbfix.errors import EntryError
@@ -47,6 +51,8 @@ from gbfix.verify import (
 )
 
 MAX_ROUNDS = 4
+# Edits that moved their break, tried again joined with a fix of the next break, per round
+MAX_COMPOUNDS = 4
 
 
 @dataclass(frozen=True)
@@ -124,6 +130,9 @@ class _Session:
         # tried (the last rejected edit's verdict, or what the recipes that looked said), the
         # unsafe recipe that would apply, and the recipe of the edit kept (None: none kept)
         self.recompile_sites: dict[tuple, tuple[str, str | None, str | None]] = {}
+        # Sites (ledger keys) -> recipes whose edit removed the break but broke again further
+        # on (rejected:new-break): tried once more, joined with a fix of the next break
+        self.moved: dict[tuple, list[str]] = {}
 
     # --- runs -------------------------------------------------------------
     def _edited(self, edits: list[Edit], locator: Locator) -> dict[Path, bytes]:
@@ -270,14 +279,20 @@ class _Session:
         """Which version of the file observations were made on (edits move lines)."""
         return hash(self.current[path].data)
 
-    def propose(self, site: Site, locator: Locator, caps: frozenset[str], recompile: Recompile | None = None) -> list[Edit]:
+    def propose(
+        self, site: Site, locator: Locator, caps: frozenset[str], recompile: Recompile | None = None, only: str | None = None
+    ) -> list[Edit]:
+        """The edits the recipes propose for the site (``only``: that recipe's, even if it failed before)."""
         ctx = self._context(site, locator, caps, recompile)
         out = []
         gen = self._generation(site.path)
         for recipe in recipes.candidates(site.code, unsafe=self.opts.unsafe_fixes):
+            if only is not None:
+                if recipe.name != only:
+                    continue
             # A recompile site is answered once (``recompile_round``); the ledger keys sites by
             # place, and two of one frame may share one (a size guarded on two dimensions).
-            if recompile is None and not self.ledger.may_try(site, recipe.name, gen):
+            elif recompile is None and not self.ledger.may_try(site, recipe.name, gen):
                 continue
             proposer = recipe()
             rw = proposer.propose(ctx)
@@ -316,6 +331,8 @@ class _Session:
         bad = {e.id: v for e in group if (v := site_verdict(e, placed, rnd.byte_col(e.site), rnd.codes_in(e), leaves))}
         for e in group:
             if e.id not in bad and _is_global(e) and (v := rnd.elsewhere(placed, accepted + group)):
+                bad[e.id] = v
+            elif e.id not in bad and e.also and (v := rnd.moved_into(placed, e)):
                 bad[e.id] = v
         for e in group:
             if e.id in bad:
@@ -393,6 +410,8 @@ class _Session:
 
     def reject(self, edit: Edit, status: Status, detail: str, rnd: _Round) -> None:
         self.outcomes.append(Outcome(edit, status, detail))
+        if status == "rejected:new-break" and not edit.also and not _is_global(edit):
+            self.moved.setdefault(self.ledger.site_of(edit), []).append(edit.recipe)
         # An edit around other breaks (a torch.cond whose branch holds a dynamic-shape
         # op) may fail because of them: it is tried again once the file has changed.
         self.ledger.failed(edit, retry=self._generation(edit.site.path) if rnd.codes_in(edit) else None)
@@ -405,6 +424,8 @@ class _Session:
                 break
             self.progress(f"round {n + 1}: {len(run.breaks)} break(s)")
             ended = self.round(run, caps, n)
+            if ended is None:
+                ended = self.compound_round(run, caps, n)
             if ended is None:
                 break
             run = ended
@@ -431,6 +452,10 @@ class _Session:
         queue = {}
         for key, site in wanted.items():
             edits = self.propose(site, rnd.locator, caps)
+            for e in edits:
+                if not _alone(e) and e.recipe not in (moved := self.moved.setdefault(self.ledger.site_of(e), [])):
+                    moved.append(e.recipe)
+            edits = [e for e in edits if _alone(e)]
             if edits:
                 queue[key] = edits
             else:
@@ -474,6 +499,11 @@ class _Session:
                     queue.pop(key)
                     if ident not in done:
                         self.ledger.no_edit(eds[0].site, self._generation(eds[0].site.path))
+        return self._close(accepted, last, rnd, number, run)
+
+    def _close(self, accepted: list[Edit], last: RunResult | None, rnd: _Round, number: int, run: RunResult) -> RunResult | None:
+        """End round ``number`` (started from ``run``): the own-backend check of what it
+        accepted (or its checkpoint, when that check is deferred), then the commit."""
         if accepted and self.check_own_backend and self.deferred is None:
             kept: list[Edit] = []
             own = self.own_settle(accepted, kept, rnd.locator)
@@ -489,6 +519,69 @@ class _Session:
             ))
         self._commit(accepted, rnd.locator)
         return last
+
+    def compound_round(self, run: RunResult, caps: frozenset[str], number: int) -> RunResult | None:
+        """After a round that accepted nothing: each edit that moves its break further into its
+        function (rejected:new-break, or a recipe that is never tried alone), joined with a
+        fix of where the break went and verified as one edit (``gbfix.compound``)."""
+        rnd = _Round(Locator(self.current), self.targets)
+        todo: list[tuple[Site, tuple, str]] = []
+        for brk in run.breaks:
+            site = rnd.locator.site(brk)
+            if site is not None:
+                rnd.sites.setdefault(site_key(site), site)
+                key = self.ledger.key(site)
+                todo += [(site, key, recipe) for recipe in self.moved.get(key, [])]
+        accepted: list[Edit] = []
+        last: RunResult | None = None
+        for site, key, recipe in todo[:MAX_COMPOUNDS]:
+            self.moved[key].remove(recipe)  # tried once
+            for first in self.propose(site, rnd.locator, caps, only=recipe):
+                self.progress(f"round {number + 1}: {recipe} at line {key[1]} moves its break; trying it with a fix of the next one")
+                for joined in self._joined(first, rnd, caps):
+                    if any(joined.overlaps(a) for a in accepted):
+                        continue
+                    result = self.settle([joined], accepted, rnd)
+                    if result is not None:
+                        last = result
+                        break
+                else:
+                    self.ledger.failed(first, retry=None)  # not proposed again
+        return self._close(accepted, last, rnd, number, run)
+
+    def _joined(self, first: Edit, rnd: _Round, caps: frozenset[str]) -> list[Edit]:
+        """``first`` joined with each edit the recipes propose for the break it moved to,
+        in the same function (the trial of ``first`` alone says where that break is)."""
+        result, failure, placed = self.trial([first], rnd.locator)
+        verdict = site_verdict(first, placed, rnd.byte_col(first.site), rnd.codes_in(first), rnd.leaves())
+        applied = [o.edit for o in self.outcomes if o.status == "applied"]
+        if result is None or (verdict and verdict[0] != "rejected:new-break"):
+            self.outcomes.append(Outcome(first, *(verdict or ("rejected:output-mismatch", failure or ""))))
+            return []
+        if diff := self.behaviour_diff(result, _tolerated([*applied, first])):
+            self.outcomes.append(Outcome(first, "rejected:output-mismatch", diff))
+            return []
+        moved = rnd.moved_into(placed, first, every=True)
+        if not moved:  # it needs no partner after all: verified as it is
+            return [first]
+        middle = rnd.locator.edited(self._edited([first], rnd.locator))
+        out: list[Edit] = []
+        for tb in moved[:1]:  # where the break went first
+            then_site = middle.site(tb.brk)
+            if then_site is None:
+                continue
+            # the observed calls are of the unedited file's lines: none for the edited one
+            ctx = replace(self._context(then_site, middle, caps), observed={})
+            for recipe in recipes.candidates(then_site.code, unsafe=self.opts.unsafe_fixes):
+                rw = recipe().propose(ctx)
+                if rw is None:
+                    continue
+                then = rw.edit(next(self.ids), then_site, recipe, middle.parsed(then_site.path))
+                both = compound.joined(first, then, rnd.locator.parsed(first.path), middle.parsed(first.path), next(self.ids))
+                if both is not None:
+                    self.ledger.proposed(both)
+                    out.append(both)
+        return out
 
     def check_deferred(self, run: RunResult, caps: frozenset[str]) -> RunResult:
         """The own-backend check of all rounds' edits in one run; ``run`` is the last round's.
@@ -807,6 +900,27 @@ class _Round:
             return "rejected:new-break", f"{describe(tb)} now breaks at line {tb.at.line}"
         return None
 
+    def moved_into(self, placed: list[TrialBreak], edit: Edit, every: bool = False) -> Any:
+        """A break of the trial in the function of ``edit``'s site (in the current generation's
+        lines) on a line that broke with nothing before: where an edit moved its site's break
+        (``every``: all such breaks, else the verdict on the first)."""
+        fn = self.locator.parsed(edit.site.path)
+        node = self.locator.node(edit.site)
+        outer = [a for a in fn.ancestors(node) if isinstance(a, cst.FunctionDef)]
+        if not outer:
+            return [] if every else None
+        (first, _), (last, _) = fn.span(outer[-1])
+        known = {(s.path, s.line) for s in self.sites.values()}
+        codes = self.codes_in(edit)
+        found = [
+            tb for tb in placed
+            if tb.path == edit.site.path and first <= tb.at.line <= last
+            and (tb.code not in codes if tb.at.rewritten else (tb.path, tb.at.line) not in known)
+        ]
+        if every:
+            return found
+        return ("rejected:new-break", f"{describe(found[0])} now breaks at line {found[0].at.line}") if found else None
+
     def byte_col(self, site: Site) -> int | None:
         owned = owned_frame(site.brk, self.targets)
         return owned[1].col if owned else None
@@ -825,7 +939,7 @@ def runs_note(entry: Entry, runs: int, baseline: RunResult) -> str:
 
 def _is_global(edit: Edit) -> bool:
     """The edit changes the whole process (a config route), not just its span."""
-    return recipes.named(edit.recipe).process_wide
+    return any(recipes.named(r).process_wide for r in edit.recipes)
 
 
 def _edit_identity(edit: Edit) -> tuple:
@@ -833,9 +947,14 @@ def _edit_identity(edit: Edit) -> tuple:
     return (edit.path, edit.start, edit.end, edit.recipe, edit_ops.code_of(edit))
 
 
+def _alone(edit: Edit) -> bool:
+    """The edit is tried on its own (not only joined with the fix of where its break moves)."""
+    return bool(edit.also) or recipes.named(edit.recipe).alone
+
+
 def _tolerated(edits: list[Edit]) -> frozenset[str]:
     """What the verifier lets these edits change (see ``verify.behaviour_diff``)."""
-    return frozenset().union(*(recipes.named(e.recipe).tolerates for e in edits))
+    return frozenset().union(*(recipes.named(r).tolerates for e in edits for r in e.recipes))
 
 
 def fix(

@@ -120,7 +120,7 @@ def fix_document(
             "line": at.line if at else None,
             "col": at.col if at else None,
             "code": e.site.code,
-            "recipe": e.recipe,
+            "recipe": " + ".join(e.recipes),
             "applicability": e.safety,
             "status": o.status,
             "detail": o.detail,

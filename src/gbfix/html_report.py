@@ -283,7 +283,7 @@ def _finding(
 
 def _verdict(f: Any, outcomes: list[Any], command: str, applied: bool) -> str:
     if f.status == "fixed":
-        recipes = [o.edit.recipe for o in outcomes if o.status == "applied"]
+        recipes = [r for o in outcomes if o.status == "applied" for r in o.edit.recipes]
         by = f" by <code>{_e(', '.join(recipes))}</code>" if recipes else " by an edit that contains it"
         done = "written" if applied else "verified; --apply writes it"
         return f'<p class="verdict ok">Fixed{by} ({done}): re-run, the break is gone and the program behaves the same.</p>'
@@ -306,7 +306,7 @@ def _edit(o: Any, result: Any, display: Callable[[Path], str], hunks: dict[Path,
     e = o.edit
     verdict, css = _EDIT.get(o.status, (o.status, "muted"))
     head = (
-        f'<div><code>{_e(e.recipe)}</code> ({_e(e.safety)}) at <span class="where">{_e(display(e.path))}:{e.start[0]}</span>: '
+        f'<div><code>{_e(" + ".join(e.recipes))}</code> ({_e(e.safety)}) at <span class="where">{_e(display(e.path))}:{e.start[0]}</span>: '
         f'<span class="verdict {css}">{_e(verdict)}</span>' + (f" &mdash; {_e(o.detail)}" if o.detail else "") + "</div>"
     )
     if e.message:

@@ -161,6 +161,17 @@ class Locator:
             self._parsed[path] = ParsedFile(self.files[path])
         return self._parsed[path]
 
+    def edited(self, new: dict[Path, bytes]) -> Locator:
+        """A locator of these files with ``new`` contents for some; the others keep their
+        parse, so that an edit computed on either locator applies to them."""
+        files = dict(self.files)
+        for path, data in new.items():
+            src = files[path]
+            files[path] = SourceFile(path, data, data.decode(src.encoding), src.encoding)
+        out = Locator(files)
+        out._parsed = {p: pf for p, pf in self._parsed.items() if p not in new}
+        return out
+
     def site(self, brk: Break) -> Site | None:
         """The break's site in the targets, or None when its stack never enters them."""
         owned = owned_frame(brk, set(self.files))

@@ -263,10 +263,17 @@ class Edit:
     # The file the edit changes when it is not its site's: a process-wide setting
     # for a break in an imported module goes into the entry script.
     file: Path | None = None
+    # A compound edit (``gbfix.compound``): the recipes of the follow-up edits merged into it.
+    also: tuple[str, ...] = ()
 
     @property
     def path(self) -> Path:
         return self.file or self.site.path
+
+    @property
+    def recipes(self) -> tuple[str, ...]:
+        """Every recipe the edit carries out: its own, then a compound edit's follow-ups."""
+        return (self.recipe, *self.also)
 
     def overlaps(self, other: Edit) -> bool:
         return self.path == other.path and not (

@@ -103,6 +103,9 @@ class Recipe(cst.CSTTransformer):
     # The edit changes the whole process (a config assignment), not only its span:
     # the verifier then also rejects it for a new break anywhere in the targets.
     process_wide: ClassVar[bool] = False
+    # False: the edit moves its break on to a later line by design (a read kept a tensor that
+    # an `if` then tests), so it is only tried joined with that line's fix (gbfix.compound).
+    alone: ClassVar[bool] = True
     summary: ClassVar[str]  # one line for reports: what the rewrite does
     rule: ClassVar[str]  # rules/<rule>.md holds the examples; usually the GB code
 

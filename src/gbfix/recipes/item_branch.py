@@ -115,6 +115,26 @@ class ItemThenWhere(ItemToTensor):
         return cst.parse_module(edits.apply(parsed, [edit]))
 
 
+class ItemBeforeTest(ItemThenWhere):
+    """item-then-where's read alone, the `if`s that test it left as they are.
+
+    On its own the edit moves the break from the read to the first `if` (a tensor test),
+    and the verifier rejects it; the engine's compound round (``gbfix.compound``) then
+    joins it with the edit another recipe proposes for that `if` (report-if for a
+    warning, raise-if for a check, branch-to-general-path, ...) and verifies the two as
+    one edit of the function."""
+
+    name = "item-before-test"
+    alone = False
+    summary = "keep a scalar read by .item() that an `if` tests a 0-dim float64 tensor; the `if` gets its own recipe's fix in the same edit"
+
+    def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
+        return self._read_at if super().anchor(ctx) is not None else None
+
+    def rewrite(self, node: cst.CSTNode) -> Replacement | None:
+        return self._new
+
+
 def _test_holding(ctx: SiteContext, call: cst.Call) -> cst.BaseExpression | None:
     """The test of the `if` that ``call`` is part of (not of a nested function or lambda)."""
     for node in ctx.ancestors(call):
@@ -134,4 +154,4 @@ def _parsed(ctx: SiteContext, text: str) -> ParsedFile:
     return ParsedFile(SourceFile(ctx.site.path, data, text, encoding))
 
 
-RECIPES = (ItemThenWhere,)
+RECIPES = (ItemThenWhere, ItemBeforeTest)

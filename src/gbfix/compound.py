@@ -1,0 +1,91 @@
+"""Compound edits: an edit that moves its break to the next line of the same code, joined
+with the fix of that next break, and verified as one.
+
+An edit can be right and still fail verification on its own: taking an `.item()` out
+of an expression leaves the `if` on its value to break (k-diffusion's churn factor,
+a flag read once per forward), and a Dynamo option that traces `nonzero` shows the
+guard on the length next. The trial of the first edit says where the break went; the
+recipes then propose for that break in the edited text, and each proposal is joined
+with the first edit:
+
+- in the same function: one edit of the whole function (``joined``), both changes in
+  it, so that it applies to the unedited file like any other edit;
+- in a file the first edit does not change: the two edits as a pair, kept or dropped
+  together (``engine``'s compound round).
+
+The verifier then judges the pair as it judges any edit: the first edit's site gone, no
+break new, the program's behaviour unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import libcst as cst
+
+from gbfix import generated
+from gbfix.edits import Replace
+from gbfix.locate import ParsedFile
+from gbfix.records import Edit
+
+
+def joined(first: Edit, then: Edit, before: ParsedFile, middle: ParsedFile, edit_id: int) -> Edit | None:
+    """``first`` (computed on ``before``) and ``then`` (computed on ``middle``, which is
+    ``before`` with ``first`` applied) as one edit of the function that holds both, or
+    None where they are not in one function of one file."""
+    if first.path != then.path or first.file is not None or then.file is not None:
+        return None
+    if not generated.imports_torch(before.module):
+        # edits.apply puts a torch-free module's helper imports first in the function,
+        # which the function taken from ``middle`` would then hold twice
+        return None
+    fn = _function(before, first.original)
+    if fn is None:
+        return None
+    path = _path(before, fn)
+    again = _find(middle.module, path)
+    if again is None or (_function(middle, then.original) is not again and then.original is not again):
+        return None
+    new = again.visit(Replace({id(then.original): then.replacement}))
+    start, end = before.span(fn)
+    return Edit(
+        edit_id, first.site, first.recipe, "unsafe" if "unsafe" in (first.safety, then.safety) else "safe",
+        f"{first.message}; then {then.message[:1].lower()}{then.message[1:]}", start, end, fn, new,
+        _union(first.imports, then.imports), _union(first.helpers, then.helpers), None, (*first.also, *then.recipes),
+    )
+
+
+def _union(a: Sequence, b: Sequence) -> tuple:
+    return tuple(dict.fromkeys((*a, *b)))
+
+
+def _function(parsed: ParsedFile, node: cst.CSTNode) -> cst.FunctionDef | None:
+    """The outermost function around ``node``: a nested function's break may move to the
+    function that calls it."""
+    found = [a for a in parsed.ancestors(node) if isinstance(a, cst.FunctionDef)]
+    return found[-1] if found else None
+
+
+def _path(parsed: ParsedFile, fn: cst.FunctionDef) -> tuple[str, ...]:
+    """The names of the classes around ``fn``, then its own."""
+    outer = [a.name.value for a in parsed.ancestors(fn) if isinstance(a, cst.ClassDef)]
+    return (*reversed(outer), fn.name.value)
+
+
+def _find(module: cst.Module, path: tuple[str, ...]) -> cst.FunctionDef | None:
+    """The only module-level function (or method of module-level classes) at ``path``."""
+    body: Sequence[cst.CSTNode] = module.body
+    for i, name in enumerate(path):
+        last = i == len(path) - 1
+        kind = cst.FunctionDef if last else cst.ClassDef
+        hits = [n for n in body if isinstance(n, kind) and n.name.value == name]
+        if len(hits) != 1:
+            return None  # a redefinition: which one is meant is not clear
+        hit = hits[0]
+        if isinstance(hit, cst.FunctionDef):
+            return hit if last else None
+        assert isinstance(hit, cst.ClassDef)
+        if not isinstance(hit.body, cst.IndentedBlock):
+            return None
+        body = hit.body.body
+    return None

@@ -1,0 +1,130 @@
+"""Compound edits: an edit that moves its break to a later `if` of its function, joined with
+that `if`'s fix and verified as one (gbfix.compound, the engine's compound round).
+
+The real run (tests/fixtures/compound/prog.py) has three spellings of a read that an `if`
+tests, each `if` taken by another recipe (a warning in a method: report-if; a raise in a
+helper function, after `float(t)`: raise-if; a log record with the value used after it:
+report-if), and one `if` no recipe takes, where nothing may change.
+"""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gbfix import compound, edits, engine
+from gbfix.entry import parse as parse_entry
+from gbfix.locate import ParsedFile
+from gbfix.recipes.item_branch import ItemBeforeTest
+from gbfix.recipes.report_if import ReportIf
+from gbfix.sources import SourceFile
+from tests.helpers import line_site, site_context
+
+FIXTURE = Path(__file__).parent / "fixtures" / "compound"
+
+
+@pytest.fixture(scope="module")
+def fixed(tmp_path_factory) -> tuple[engine.Result, Path]:
+    work = tmp_path_factory.mktemp("compound")
+    shutil.copytree(FIXTURE, work, dirs_exist_ok=True)
+    script = (work / "prog.py").resolve()
+    return engine.fix([script], parse_entry("python prog.py", work), engine.Options()), script
+
+
+def test_each_read_is_joined_with_the_fix_of_its_if(fixed):
+    result, _ = fixed
+    joined = sorted(o.edit.recipes for o in result.outcomes if o.status == "applied" and o.edit.also)
+    assert joined == [("item-before-test", "raise-if"), ("item-before-test", "report-if"), ("item-before-test", "report-if")]
+    # never on its own: the read alone only moves the break to the `if`
+    assert not [o for o in result.outcomes if o.edit.recipes == ("item-before-test",)]
+    reads = {f.line: f.status for f in result.findings if f.code == "GB0124"}
+    assert reads == {20: "fixed", 28: "fixed", 36: "fixed", 51: "unfixed"}
+    assert result.remaining == 1
+
+
+def test_the_joined_edit_rewrites_read_and_if_together(fixed):
+    result, script = fixed
+    text = result.fixed[script].decode()
+    assert (
+        "        peak = h.abs().max().detach().double()\n"
+        "        pred = peak > 4.0\n"
+        '        gbfix_warn_if(pred, "activations above 4.0")\n'
+    ) in text
+    assert (
+        "    total = x.abs().sum().detach().double()\n"
+        '    gbfix_raise_if(total > 1e6, ValueError, "input too large to normalise")\n'
+        "    return x / (total + 1.0)\n"
+    ) in text
+    assert '    gbfix_log_if(norm > 3.0, log, "warning", "large weight norm")\n    return y / norm\n' in text
+
+
+def test_a_read_whose_if_no_recipe_takes_stays_as_it_is(fixed):
+    result, script = fixed
+    text = result.fixed[script].decode()
+    assert "        peak = x.abs().max().item()\n        if peak > 2.0:\n            self.hits += 1\n" in text
+
+
+SOURCE = textwrap.dedent(
+    """\
+    import warnings
+
+    import torch
+
+
+    class Block(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = torch.relu(x)
+            peak = h.abs().max().item()
+            if peak > 4.0:
+                warnings.warn("large")
+            return h * peak
+    """
+)
+
+
+def _parsed(text: str) -> ParsedFile:
+    return ParsedFile(SourceFile(Path("/virtual/example.py"), text.encode(), text, "utf-8"))
+
+
+def _steps(source: str) -> tuple[ParsedFile, ParsedFile, object, object]:
+    """The read's edit on ``source``, and report-if's on the text with the read edited."""
+    ctx = site_context(source, *line_site(source, "h.abs().max().item()"), "GB0124")
+    first = ItemBeforeTest().propose(ctx)
+    assert first is not None
+    first_edit = first.edit(1, ctx.site, ItemBeforeTest, ctx.file)
+    middle_text = edits.apply(ctx.file, [first_edit]).decode()
+    then_ctx = site_context(middle_text, *line_site(middle_text, "if peak > 4.0:"), "GB0170")
+    then = ReportIf().propose(then_ctx)
+    assert then is not None
+    return ctx.file, then_ctx.file, first_edit, then.edit(2, then_ctx.site, ReportIf, then_ctx.file)
+
+
+def test_joined_is_one_edit_of_the_function_with_both_changes():
+    before, middle, first, then = _steps(SOURCE)
+    both = compound.joined(first, then, before, middle, 3)
+    assert both is not None and both.recipes == ("item-before-test", "report-if")
+    assert both.start[0] == 7 and both.site is first.site  # the method (line 7), judged by the read's site
+    text = edits.apply(before, [both]).decode()
+    assert (
+        "        peak = h.abs().max().detach().double()\n"
+        "        pred = peak > 4.0\n"
+        '        gbfix_warn_if(pred, "large")\n'
+        "        return h * peak\n"
+    ) in text
+    assert text.count("def gbfix_warn_if(") == 1  # the helpers of both, once
+
+
+def test_joined_declines_a_function_defined_twice():
+    # which of the two definitions the edited text's function is cannot be told
+    source = SOURCE + "\n\nclass Block(torch.nn.Module):\n    pass\n"
+    before, middle, first, then = _steps(source)
+    assert compound.joined(first, then, before, middle, 3) is None
+
+
+def test_joined_declines_edits_of_two_files():
+    before, middle, first, then = _steps(SOURCE)
+    elsewhere = type(then)(**{**then.__dict__, "file": Path("/virtual/other.py")})
+    assert compound.joined(first, elsewhere, before, middle, 3) is None
