@@ -60,9 +60,9 @@ def _union(a: Sequence, b: Sequence) -> tuple:
 
 
 def _function(parsed: ParsedFile, node: cst.CSTNode) -> cst.FunctionDef | None:
-    """The outermost function around ``node``: a nested function's break may move to the
-    function that calls it."""
-    found = [a for a in parsed.ancestors(node) if isinstance(a, cst.FunctionDef)]
+    """The outermost function around ``node`` (or ``node`` itself): a nested function's
+    break may move to the function that calls it."""
+    found = [a for a in (node, *parsed.ancestors(node)) if isinstance(a, cst.FunctionDef)]
     return found[-1] if found else None
 
 

@@ -116,23 +116,78 @@ class ItemThenWhere(ItemToTensor):
 
 
 class ItemBeforeTest(ItemThenWhere):
-    """item-then-where's read alone, the `if`s that test it left as they are.
+    """item-then-where's read alone, the `if`s that test it left to their own recipes.
 
     On its own the edit moves the break from the read to the first `if` (a tensor test),
-    and the verifier rejects it; the engine's compound round (``gbfix.compound``) then
-    joins it with the edit another recipe proposes for that `if` (report-if for a
-    warning, raise-if for a check, branch-to-general-path, ...) and verifies the two as
-    one edit of the function."""
+    so it is never tried alone (``alone``): the engine's compound round
+    (``gbfix.compound``) joins it with the edit another recipe proposes for that `if`
+    (report-if for a warning, raise-if for a check, ...) and verifies the two as one edit
+    of the function. Inside the body of such an `if`, a use of the name that no tensor op
+    takes (a message's value: `f"loss {v:.2f}"`) becomes `v.item()`: there the test held,
+    and the number is the one the original read (float64 holds a float32 read exactly).
+    A read of an integer tensor stays an integer tensor (no `.double()`), and each `if`
+    must compare it with integer literals, which compare exactly in int64."""
 
     name = "item-before-test"
     alone = False
-    summary = "keep a scalar read by .item() that an `if` tests a 0-dim float64 tensor; the `if` gets its own recipe's fix in the same edit"
+    summary = "keep a scalar read by .item() that an `if` tests a 0-dim tensor; the `if` gets its own recipe's fix in the same edit"
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
-        return self._read_at if super().anchor(ctx) is not None else None
+        self._tests: list[cst.BaseExpression] = []
+        self._back: list[cst.Name] = []  # uses in an `if` body, read back as a number
+        fn = ctx.enclosing(cst.FunctionDef)
+        f = _Facts(ctx)
+        read = self._read(ctx, f)
+        if fn is None or read is None:
+            return None
+        call, source, _ = read
+        self._int = f.dtype(source) == "int"
+        test = _test_holding(ctx, call)
+        if test is not None:  # inline: `if x.abs().max().item() > c:`
+            self._tests = [test]
+            self._new = self._as_tensor(call, source, zero_dim=f.zero_dim(source), double=not self._int, snapshot=False)
+        elif ItemToTensor.anchor(self, ctx) is None or not self._tests:
+            return None
+        if self._int and not all(_against_integers(t) for t in self._tests):
+            return None
+        self._read_at = call
+        return fn if self._back else call
+
+    def branch_use(self, f: _Facts, name: cst.Name, assign: cst.Assign, is_float: bool) -> str | None:
+        if (partner := super().branch_use(f, name, assign, is_float)) is not None:
+            return partner
+        # in the body of a later `if` that tests the name: there, the number itself
+        for anc in f.ctx.ancestors(name):
+            if isinstance(anc, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                return None
+            if isinstance(anc, cst.If) and any(isinstance(n, cst.Name) and n.value == name.value for n in walk(anc.test)):
+                if f.ctx.file.span(anc)[0][0] <= f.ctx.file.span(assign)[1][0]:
+                    return None
+                self._back.append(name)
+                return _BACK
+        return None
+
+    def double_for(self, partners: set[str]) -> bool:
+        return _BRANCH in partners and not self._int
 
     def rewrite(self, node: cst.CSTNode) -> Replacement | None:
-        return self._new
+        if node is self._read_at:
+            return self._new
+        back = {id(n): cst.Call(cst.Attribute(n, cst.Name("item"))) for n in self._back}
+        return node.visit(edits.Replace({id(self._read_at): self._new, **back}))
+
+
+_BACK = "read back"  # the partner of a use in the body of an `if` that tests the name
+
+
+def _against_integers(test: cst.BaseExpression) -> bool:
+    """Every comparison in the test has integer literals (or names, calls: not floats) on
+    its other sides, so an int64 tensor compares as the Python int did; a float literal
+    would be compared in float32."""
+    for node in walk(test):
+        if isinstance(node, cst.Float | cst.Imaginary):
+            return False
+    return True
 
 
 def _test_holding(ctx: SiteContext, call: cst.Call) -> cst.BaseExpression | None:
