@@ -1,10 +1,11 @@
 """Compound edits: an edit that moves its break to a later `if` of its function, joined with
 that `if`'s fix and verified as one (gbfix.compound, the engine's compound round).
 
-The real run (tests/fixtures/compound/prog.py) has three spellings of a read that an `if`
+The real run (tests/fixtures/compound/prog.py) has four spellings of a read that an `if`
 tests, each `if` taken by another recipe (a warning in a method: report-if; a raise in a
 helper function, after `float(t)`: raise-if; a log record with the value used after it:
-report-if), and one `if` no recipe takes, where nothing may change.
+report-if; a print in a loop that formats the value: report-if, the value read back as a
+number), and one `if` no recipe takes, where nothing may change.
 """
 
 from __future__ import annotations
@@ -37,11 +38,11 @@ def fixed(tmp_path_factory) -> tuple[engine.Result, Path]:
 def test_each_read_is_joined_with_the_fix_of_its_if(fixed):
     result, _ = fixed
     joined = sorted(o.edit.recipes for o in result.outcomes if o.status == "applied" and o.edit.also)
-    assert joined == [("item-before-test", "raise-if"), ("item-before-test", "report-if"), ("item-before-test", "report-if")]
+    assert joined == [("item-before-test", "raise-if")] + [("item-before-test", "report-if")] * 3
     # never on its own: the read alone only moves the break to the `if`
     assert not [o for o in result.outcomes if o.edit.recipes == ("item-before-test",)]
     reads = {f.line: f.status for f in result.findings if f.code == "GB0124"}
-    assert reads == {20: "fixed", 28: "fixed", 36: "fixed", 51: "unfixed"}
+    assert reads == {20: "fixed", 28: "fixed", 36: "fixed", 51: "unfixed", 67: "fixed"}
     assert result.remaining == 1
 
 
@@ -59,6 +60,17 @@ def test_the_joined_edit_rewrites_read_and_if_together(fixed):
         "    return x / (total + 1.0)\n"
     ) in text
     assert '    gbfix_log_if(norm > 3.0, log, "warning", "large weight norm")\n    return y / norm\n' in text
+    # in the loop, the message's value is the number the original read: cast back at run time
+    assert (
+        "            m = h.abs().max().detach().double()\n"
+        "            gbfix_print_if(\n"
+        "                m > 3.0,\n"
+        '                "block {}: activations up to {:.1f}",\n'
+        "                i,\n"
+        "                m,\n"
+        '                cast={1: "item"},\n'
+        "            )\n"
+    ) in text
 
 
 def test_a_read_whose_if_no_recipe_takes_stays_as_it_is(fixed):
