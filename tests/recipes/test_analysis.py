@@ -10,6 +10,7 @@ import pytest
 from gbfix.locate import Locator
 from gbfix.recipes.analysis import (
     global_bindings,
+    is_torch_call,
     mutated,
     pure,
     single_binding,
@@ -33,7 +34,7 @@ def function(code: str) -> cst.FunctionDef:
 
 @pytest.mark.parametrize(
     "code",
-    ["x * 2 + y", "torch.where(m, a, b)", "x.sum(dim=1).abs()", "len(xs) - 1", "max(a, b)", "a[i]"],
+    ["x * 2 + y", "torch.where(m, a, b)", "x.sum(dim=1).abs()", "len(xs) - 1", "max(a, b)", "a[i]", 'float("-inf")', "int(-3)"],
 )
 def test_pure(code):
     assert pure(expr(code))
@@ -51,10 +52,30 @@ def test_pure(code):
         "(y := x + 1)",
         "[v for v in xs]",
         "open(path)",  # a builtin not known to be pure
+        "float(x)",  # of anything but a literal: a tensor's value (a sync), or any __float__
+        "F.dropout(x, 0.1)",  # random, spelled through torch.nn.functional's usual name
     ],
 )
 def test_impure(code):
     assert not pure(expr(code))
+
+
+@pytest.mark.parametrize(
+    "code, torch_call",
+    [
+        ("torch.softmax(x, -1)", True),
+        ("torch.nn.functional.softmax(x, -1)", True),
+        ("F.cross_entropy(a, b)", True),
+        ("nn.functional.pad(x, (1, 1))", True),
+        ("torch.linalg.norm(x)", True),
+        ("x.softmax(-1)", False),
+        ("np.sum(x)", False),
+        ("torchvision.ops.nms(b, s, 0.5)", False),
+    ],
+)
+def test_is_torch_call_knows_the_usual_spellings(code, torch_call):
+    call = expr(code)
+    assert isinstance(call, cst.Call) and is_torch_call(call) == torch_call
 
 
 def test_mutated_sees_in_place_updates_through_access_chains():

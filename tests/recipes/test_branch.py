@@ -516,6 +516,21 @@ CHECKED_CASES = {
             return x
         """,
     ),
+    "a conditional expression whose arm divides: the divisor is selected": (
+        """
+        def lm_loss(logits, labels):
+            loss_sum = F.cross_entropy(logits, labels, ignore_index=-100, reduction="sum")
+            num = (labels != -100).sum()
+            return loss_sum / num if num > 0 else loss_sum * 0.0
+        """,
+        "num > 0",
+        """
+        def lm_loss(logits, labels):
+            loss_sum = F.cross_entropy(logits, labels, ignore_index=-100, reduction="sum")
+            num = (labels != -100).sum()
+            return gbfix_where(num > 0, loss_sum / torch.where(num > 0, num, 1), loss_sum * 0.0)
+        """,
+    ),
     "a conditional expression with a projection": (
         "def f(h, w):\n    return h @ w if h.abs().amax() > 1 else h\n",
         "h.abs().amax() > 1",
@@ -1289,6 +1304,22 @@ GENERAL_CASES = {
                 return scores
         """,
     ),
+    "an inline comparison, filled through an index of what it compares": (
+        """
+        class Attn:
+            def forward(self, scores, am):
+                if (am == 0).any():
+                    scores = scores.masked_fill(am[:, None, None, :] == 0, float("-inf"))
+                return scores.softmax(-1)
+        """,
+        "if (am == 0).any():",
+        """
+        class Attn:
+            def forward(self, scores, am):
+                scores = scores.masked_fill(am[:, None, None, :] == 0, float("-inf"))
+                return scores.softmax(-1)
+        """,
+    ),
     "torch.any of a comparison, finfo fill, ~mask product": (
         """
         def f(scores, x, ids):
@@ -1332,6 +1363,8 @@ GENERAL_DECLINES = {
     "receiver is not the target": ("mask = m > 0", "x = v.masked_fill(mask, 0.0)"),
     "another mask": ("mask = m > 0", "x = x.masked_fill(m > 1, 0.0)"),
     "the mask inverted": ("mask = m > 0", "x = x.masked_fill(~mask, 0.0)"),
+    "an index of the mask's operand compared with something else": ("mask = m > 0", "x = x.masked_fill(m[:, None] > 1, 0.0)"),
+    "an index of the mask's operand compared with a tensor": ("mask = m > 0", "x = x.masked_fill(m[:, None] > v, 0.0)"),
     "a float 1.0 promotes an integer target": ("mask = m > 0", "x = x * (1.0 - mask.type_as(x))"),
     "a cast to another dtype": ("mask = m > 0", "x = x * (1 - mask.float())"),
     "a product with the mask itself": ("mask = m > 0", "x = x * mask.type_as(x)"),

@@ -292,6 +292,21 @@ FORMAT_CASES = {
             'cast={0: "str"},', "percent=True,", ")",
         ],
     ),
+    "int() of a reduction the test computes, a size beside it": (
+        RaiseIf,
+        """
+        class Head:
+            def forward(self, logits, labels):
+                if labels.max() >= logits.size(-1):
+                    raise ValueError(f"label {int(labels.max())} out of range for {logits.size(-1)} classes")
+                return logits
+        """,
+        "if labels.max()",
+        [
+            "gbfix_raise_if_format(", "labels.max() >= logits.size(-1),", "ValueError,",
+            '"label {} out of range for {} classes",', "labels.max(),", "logits.size(-1),", 'cast={0: "int"},', ")",
+        ],
+    ),
     "`+` of text, str() and repr()": (
         RaiseIf,
         """

@@ -262,6 +262,8 @@ COMPARISONS = (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThan
 
 
 # Calls that are never pure: randomness, host syncs, I/O, logging, container mutation.
+_EMPTY = cst.Module(body=[])
+
 IMPURE_CALLS = frozenset(
     "bernoulli multinomial rand randn randint randperm rand_like randn_like randint_like normal"
     " poisson dropout dropout1d dropout2d dropout3d alpha_dropout feature_alpha_dropout rrelu"
@@ -271,6 +273,14 @@ IMPURE_CALLS = frozenset(
     " sample rsample shuffle choice send throw close step zero_grad".split()
 )
 _PURE_BUILTINS = frozenset({"abs", "min", "max", "len"})
+_LITERAL_CASTS = frozenset({"float", "int", "bool"})
+
+
+def _literal(expr: cst.BaseExpression) -> bool:
+    """A number or string literal, possibly negated."""
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+        expr = expr.expression
+    return isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString))
 
 
 def pure_call(call: cst.Call) -> bool:
@@ -278,7 +288,8 @@ def pure_call(call: cst.Call) -> bool:
     if name is None or name in IMPURE_CALLS or (name.endswith("_") and not name.startswith("__")):
         return False  # in-place ops end in `_`
     if recv is None:
-        return name in _PURE_BUILTINS
+        # `float("-inf")`, `int(1e4)`: a number from a literal
+        return name in _PURE_BUILTINS or (name in _LITERAL_CASTS and bool(call.args) and all(_literal(a.value) for a in call.args))
     # `self.f(...)` runs a method or submodule whose body is out of sight.
     return name_of(recv) != "self" and not any(a.keyword is not None and a.keyword.value == "out" for a in call.args)
 
@@ -363,7 +374,15 @@ def changed_in_place(scope: cst.CSTNode, expr: cst.BaseExpression) -> bool:
 
 
 def is_torch_call(call: cst.Call) -> bool:
-    return isinstance(call.func, cst.Attribute) and name_of(call.func.value) == "torch"
+    """A call of a torch function: `torch.f(...)`, `torch.nn.functional.f(...)`, and
+    `F.f(...)` / `nn.functional.f(...)`, the usual names of torch.nn.functional."""
+    if not isinstance(call.func, cst.Attribute):
+        return False
+    owner = call.func.value
+    if name_of(owner) in ("torch", "F"):
+        return True
+    dotted = _EMPTY.code_for_node(owner) if isinstance(owner, cst.Attribute) else ""
+    return dotted.startswith("torch.") or dotted == "nn.functional"
 
 
 def tensor_evidence(name: str, scope: cst.CSTNode) -> bool:

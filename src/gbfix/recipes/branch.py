@@ -842,7 +842,15 @@ class BranchToWhere(BranchRecipe):
         node, test = found
         if isinstance(node, cst.IfExp):
             a, b = node.body, node.orelse
-            why, func = _where_why(ctx, node, a, b, in_place=self.in_place)
+            # `s / n if n > 0 else z`: the arm divides by torch.where(c, n, 1), as `x = x / n` does
+            d = _unsafe_divisor(a) if pure(test.tensor) else None
+            if d is not None:
+                a = cast(cst.BinaryOperation, a)
+                why, _ = _where_why(ctx, node, a.with_changes(operator=cst.Multiply()), b, in_place=self.in_place)
+                # the checked select, always: an int left side over 1 is a float
+                a, func = a.with_changes(right=make_call("torch.where", _bare(test.tensor), _bare(d), cst.Integer("1"))), WHERE.name
+            else:
+                why, func = _where_why(ctx, node, a, b, in_place=self.in_place)
             if why:
                 raise Decline(why)
             where: cst.BaseExpression = make_call(func, test.tensor, a, b)
@@ -944,10 +952,13 @@ def _where_steps(
 
 def _divisor(target: str, value: cst.BaseExpression) -> cst.BaseExpression | None:
     """``d`` when ``value`` is `target / d` with a divisor that may be zero (not a literal, not `+ eps`)."""
-    if (
-        isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Divide)
-        and name_of(value.left) == target and not _safe_divisor(value.right)
-    ):
+    d = _unsafe_divisor(value)
+    return d if d is not None and name_of(cast(cst.BinaryOperation, value).left) == target else None
+
+
+def _unsafe_divisor(value: cst.BaseExpression) -> cst.BaseExpression | None:
+    """``d`` when ``value`` is `... / d` with a divisor that may be zero."""
+    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Divide) and not _safe_divisor(value.right):
         return value.right
     return None
 
@@ -1150,6 +1161,15 @@ def _from_mask(expr: cst.BaseExpression, mask: cst.BaseExpression) -> bool:
     if isinstance(expr, cst.Call):
         recv, name = called(expr)
         return recv is not None and name in _MASK_VIEWS and _from_mask(recv, mask)
+    if isinstance(expr, cst.Comparison) and isinstance(mask, cst.Comparison) and len(expr.comparisons) == len(mask.comparisons) == 1:
+        # `a[:, None] == 0` of the mask `a == 0`: a comparison with a number commutes
+        # with indexing and views, so it is a view of the mask's values
+        mine, theirs = expr.comparisons[0], mask.comparisons[0]
+        return (
+            type(mine.operator) is type(theirs.operator)
+            and _fill_value(mine.comparator) and mine.comparator.deep_equals(theirs.comparator)
+            and _from_mask(expr.left, mask.left)
+        )
     return False
 
 

@@ -151,7 +151,7 @@ class Message:
     def check(ctx: SiteContext, args: Sequence[cst.Arg]) -> None:
         """``Decline`` unless every argument is text while Dynamo traces."""
         for value in Message.values(ctx, args):
-            why = not_text_or_number(ctx, value)
+            why = not_text_or_number(ctx, value) or _converts_tensor(ctx, value)
             if why:
                 raise Decline(
                     f"the message's `{ctx.code(value)}` {why}: its text is only known at run time,"
@@ -220,6 +220,20 @@ class Message:
                 value = cst.Lambda(params=cst.Parameters(), body=value)
             out.append(cst.Arg(value))
         return out
+
+
+def _converts_tensor(ctx: SiteContext, value: cst.BaseExpression) -> str | None:
+    """`int(t.max())`, `float(loss)`, `round(x, 2)`: a number, but read from what may be a
+    tensor, which Dynamo breaks on when the helper builds the text while tracing."""
+    if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.args):
+        return None
+    if value.func.value not in _CONVERSIONS or not is_builtin(ctx, value.func):
+        return None
+    inner = value.args[0].value
+    return None if not_text_or_number(ctx, inner) is None else f"converts `{ctx.code(inner)}`, which may be a tensor"
+
+
+_CONVERSIONS = frozenset({"int", "float", "round", "bool", "str", "repr"})
 
 
 # ---------------------------------------------------------------- the exception
