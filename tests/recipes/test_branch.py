@@ -1320,6 +1320,22 @@ GENERAL_CASES = {
                 return scores.softmax(-1)
         """,
     ),
+    "nucleus sampling: the mask scattered back to the logits' order": (
+        """
+        def nucleus(logits, sorted_idx, cum, top_p: float):
+            remove = cum > top_p
+            if remove.any():
+                logits = logits.masked_fill(remove.scatter(-1, sorted_idx, remove), float("-inf"))
+            return logits
+        """,
+        "if remove.any():",
+        """
+        def nucleus(logits, sorted_idx, cum, top_p: float):
+            remove = cum > top_p
+            logits = logits.masked_fill(remove.scatter(-1, sorted_idx, remove), float("-inf"))
+            return logits
+        """,
+    ),
     "torch.any of a comparison, finfo fill, ~mask product": (
         """
         def f(scores, x, ids):
@@ -1365,6 +1381,8 @@ GENERAL_DECLINES = {
     "the mask inverted": ("mask = m > 0", "x = x.masked_fill(~mask, 0.0)"),
     "an index of the mask's operand compared with something else": ("mask = m > 0", "x = x.masked_fill(m[:, None] > 1, 0.0)"),
     "an index of the mask's operand compared with a tensor": ("mask = m > 0", "x = x.masked_fill(m[:, None] > v, 0.0)"),
+    "the mask scattered with other values": ("mask = m > 0", "x = x.masked_fill(mask.scatter(0, i, m > 1), 0.0)"),
+    "a gather of another mask": ("mask = m > 0", "x = x.masked_fill((m > 1).gather(0, i), 0.0)"),
     "a float 1.0 promotes an integer target": ("mask = m > 0", "x = x * (1.0 - mask.type_as(x))"),
     "a cast to another dtype": ("mask = m > 0", "x = x * (1 - mask.float())"),
     "a product with the mask itself": ("mask = m > 0", "x = x * mask.type_as(x)"),

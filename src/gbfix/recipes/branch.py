@@ -1078,6 +1078,8 @@ class BranchToCond(BranchRecipe):
 # Calls that keep every element of an all-False mask False (views, copies, indexing).
 # Views that keep every element of the mask (not narrow/select, which drop some).
 _MASK_VIEWS = (SHAPE_VIEWS - words("narrow select view_as reshape_as")) | words("contiguous detach")
+# Methods whose values are drawn from their receiver's: all False where it is.
+_MASK_PICKS = words("gather index_select take take_along_dim")
 
 
 def _is_bool(expr: cst.BaseExpression, scope: cst.CSTNode) -> bool:
@@ -1160,7 +1162,13 @@ def _from_mask(expr: cst.BaseExpression, mask: cst.BaseExpression) -> bool:
         return _from_mask(expr.value, mask)
     if isinstance(expr, cst.Call):
         recv, name = called(expr)
-        return recv is not None and name in _MASK_VIEWS and _from_mask(recv, mask)
+        if recv is None or not _from_mask(recv, mask):
+            return False
+        if name in _MASK_VIEWS or name in _MASK_PICKS:
+            return True
+        # `m.scatter(dim, index, m)`: the mask's values put at other places of the mask
+        args = expr.args
+        return name == "scatter" and len(args) == 3 and not any(a.keyword or a.star for a in args) and _from_mask(args[2].value, mask)
     if isinstance(expr, cst.Comparison) and isinstance(mask, cst.Comparison) and len(expr.comparisons) == len(mask.comparisons) == 1:
         # `a[:, None] == 0` of the mask `a == 0`: a comparison with a number commutes
         # with indexing and views, so it is a view of the mask's values
