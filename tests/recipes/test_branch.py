@@ -1324,6 +1324,8 @@ GENERAL_CASES = {
         """
         def nucleus(logits, sorted_idx, cum, top_p: float):
             remove = cum > top_p
+            remove[..., 1:] = remove[..., :-1].clone()
+            remove[..., 0] = False
             if remove.any():
                 logits = logits.masked_fill(remove.scatter(-1, sorted_idx, remove), float("-inf"))
             return logits
@@ -1332,6 +1334,8 @@ GENERAL_CASES = {
         """
         def nucleus(logits, sorted_idx, cum, top_p: float):
             remove = cum > top_p
+            remove[..., 1:] = remove[..., :-1].clone()
+            remove[..., 0] = False
             logits = logits.masked_fill(remove.scatter(-1, sorted_idx, remove), float("-inf"))
             return logits
         """,
@@ -1375,6 +1379,7 @@ GENERAL_DECLINES = {
     # masked_fill raises for a non-boolean mask that the original never passed it
     "mask of unknown dtype": ("mask = m", "x = x.masked_fill(mask, 0.0)"),
     "mask bound twice": ("mask = m > 0\n    mask = m", "x = x.masked_fill(mask, 0.0)"),
+    "mask's storage replaced": ("mask = m > 0\n    mask.data = m", "x = x.masked_fill(mask, 0.0)"),
     "a tensor fill value would get a zero gradient": ("mask = m > 0", "x = x.masked_fill(mask, v)"),
     "receiver is not the target": ("mask = m > 0", "x = v.masked_fill(mask, 0.0)"),
     "another mask": ("mask = m > 0", "x = x.masked_fill(m > 1, 0.0)"),

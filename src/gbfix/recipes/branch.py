@@ -1087,7 +1087,7 @@ def _is_bool(expr: cst.BaseExpression, scope: cst.CSTNode) -> bool:
     call, `~` of one, or a name bound once to one."""
     if isinstance(expr, cst.Name):
         value = single_binding(scope, expr.value)
-        return value is not None and not mutated(scope, expr.value) and _is_bool(value, scope)
+        return value is not None and not _storage_replaced(scope, expr.value) and _is_bool(value, scope)
     if isinstance(expr, cst.Comparison):
         return len(expr.comparisons) == 1 and isinstance(expr.comparisons[0].operator, COMPARISONS)
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.BitInvert):
@@ -1095,6 +1095,17 @@ def _is_bool(expr: cst.BaseExpression, scope: cst.CSTNode) -> bool:
     if isinstance(expr, cst.Call):
         recv, name = called(expr)
         return name in _BOOL_CALLS or (name == "bool" and recv is not None and not expr.args)
+    return False
+
+
+def _storage_replaced(scope: cst.CSTNode, name: str) -> bool:
+    """`name.data = ...` or `name.set_(...)`: what could change the tensor's dtype in place
+    (an update in place, `name[i] = v` included, keeps it)."""
+    for n in walk(scope):
+        if isinstance(n, cst.AssignTarget) and m.matches(n.target, m.Attribute(value=m.Name(name), attr=m.Name("data"))):
+            return True
+        if isinstance(n, cst.Call) and m.matches(n.func, m.Attribute(value=m.Name(name), attr=m.Name("set_"))):
+            return True
     return False
 
 
