@@ -21,3 +21,26 @@ def test_top_level_imports_count_only_as_written():
     assert not _imported(m, "y", None)
     assert not _imported(m, "e", None)
     assert not _imported(m, "a.b", "x")
+
+
+def test_new_helpers_go_after_the_helpers_and_settings_there_already():
+    # A config route's setting sits between the imports and the helpers an earlier round
+    # wrote; a helper that uses those must follow them, not land under the imports.
+    from gbfix.recipes.layout import add_helpers
+
+    module = cst.parse_module(
+        "import torch\n"
+        "\n"
+        "# gbfix: ...\n"
+        "torch._dynamo.config.capture_scalar_outputs = True\n"
+        "\n"
+        "\n"
+        "def _gbfix_op(name):\n"
+        "    return name\n"
+        "\n"
+        "\n"
+        "def f(x):\n"
+        "    return x\n"
+    )
+    code = add_helpers(module, {"_gbfix_print_op": "_gbfix_print_op = _gbfix_op('print')\n"}).code
+    assert code.index("def _gbfix_op(") < code.index("_gbfix_print_op = _gbfix_op(") < code.index("def f(")

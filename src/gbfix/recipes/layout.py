@@ -53,7 +53,9 @@ def add_helpers(module: cst.Module, helpers: dict[str, str]) -> cst.Module:
     if not new:
         return module
     at = after_imports(module)
-    while at < len(body) and _is_helper(body[at]):
+    # past the helpers there already (a new one may use them) and the Dynamo settings a
+    # config route put between the imports and them
+    while at < len(body) and (_is_helper(body[at]) or _is_dynamo_setting(body[at])):
         at += 1
     if at < len(body):
         body[at] = blank_lines_before(body[at], 2)
@@ -73,6 +75,14 @@ def _defines(stmt: cst.BaseStatement) -> list[str]:
         for t in small.targets
         if isinstance(t.target, cst.Name)
     ]
+
+
+def _is_dynamo_setting(stmt: cst.BaseStatement) -> bool:
+    """`torch._dynamo.config.<option> = ...` at module level."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
+        return False
+    targets = stmt.body[0].targets
+    return len(targets) == 1 and cst.Module([]).code_for_node(targets[0].target).startswith("torch._dynamo.config.")
 
 
 def _is_helper(stmt: cst.BaseStatement) -> bool:
