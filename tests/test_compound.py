@@ -5,7 +5,8 @@ The real run (tests/fixtures/compound/prog.py) has four spellings of a read that
 tests, each `if` taken by another recipe (a warning in a method: report-if; a raise in a
 helper function, after `float(t)`: raise-if; a log record with the value used after it:
 report-if; a print in a loop that formats the value: report-if, the value read back as a
-number), and one `if` no recipe takes, where nothing may change.
+number), and one `if` no recipe takes, where nothing may change (also reached by a loop over
+two modules first: one site, two breaks, tried once).
 """
 
 from __future__ import annotations

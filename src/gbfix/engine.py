@@ -531,7 +531,8 @@ class _Session:
             if site is not None:
                 rnd.sites.setdefault(site_key(site), site)
                 key = self.ledger.key(site)
-                todo += [(site, key, recipe) for recipe in self.moved.get(key, [])]
+                # a site several frames report (a helper called twice) once
+                todo += [(site, key, recipe) for recipe in self.moved.get(key, []) if (key, recipe) not in {(k, r) for _, k, r in todo}]
         accepted: list[Edit] = []
         last: RunResult | None = None
         for site, key, recipe in todo[:MAX_COMPOUNDS]:
