@@ -62,6 +62,7 @@ SUBSET = [
     "tests/test_verifier.py",
     "tests/test_cli_apply.py",
     "tests/test_fullgraph.py",
+    "tests/test_compound.py",
 ]
 
 

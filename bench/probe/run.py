@@ -3,6 +3,7 @@
     python bench/probe/run.py                  # every program, safe recipes
     python bench/probe/run.py --unsafe         # also the unsafe recipes
     python bench/probe/run.py --only augment --only vit
+    python bench/probe/run.py --root bench/variants   # the variants of known patterns (bench/variants/README.md)
 
 The programs (one folder each, `main.py` plus a helper module) were written on
 2026-11-25 by a helper session told not to read gbfix's recipes, rules, fixtures or
@@ -30,13 +31,16 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-PROGRAMS = sorted(p.name for p in HERE.iterdir() if (p / "main.py").is_file())
 
 
-def run(name: str, unsafe: bool) -> dict:
+def programs(root: Path) -> list[str]:
+    return sorted(p.name for p in root.iterdir() if (p / "main.py").is_file())
+
+
+def run(name: str, unsafe: bool, root: Path = HERE) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"gbfix-probe-{name}-") as tmp:
         work = Path(tmp) / name
-        shutil.copytree(HERE / name, work, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(root / name, work, ignore=shutil.ignore_patterns("__pycache__"))
         cmd = [sys.executable, "-m", "gbfix", "--dry-run", "--no-cache", "--output-format", "json", "-q",
                "--entry", "python main.py", "."]
         if unsafe:
@@ -61,10 +65,15 @@ def run(name: str, unsafe: bool) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-    ap.add_argument("--only", action="append", choices=PROGRAMS, help="run this program (repeatable)")
+    ap.add_argument("--only", action="append", help="run this program (repeatable)")
     ap.add_argument("--unsafe", action="store_true", help="also the unsafe recipes (--unsafe-fixes)")
+    ap.add_argument("--root", type=Path, default=HERE, help="the folder of programs (default: the blind probe's)")
     args = ap.parse_args(argv)
-    rows = [run(name, args.unsafe) for name in (args.only or PROGRAMS)]
+    known = programs(args.root)
+    unknown = sorted(set(args.only or ()) - set(known))
+    if unknown:
+        ap.error(f"no program {', '.join(unknown)} in {args.root}")
+    rows = [run(name, args.unsafe, args.root) for name in (args.only or known)]
     print(f"{'program':18} {'sites':>5} {'fixed':>5} {'gbfix s':>8}")
     for r in rows:
         if "error" in r:
