@@ -13,7 +13,6 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import libcst as cst
 
@@ -332,8 +331,8 @@ class _Session:
         for e in group:
             if e.id not in bad and _is_global(e) and (v := rnd.elsewhere(placed, accepted + group)):
                 bad[e.id] = v
-            elif e.id not in bad and e.also and (v := rnd.moved_into(placed, e)):
-                bad[e.id] = v
+            elif e.id not in bad and e.also and (moved := rnd.moved_to(placed, e)):
+                bad[e.id] = ("rejected:new-break", f"{describe(moved[0])} now breaks at line {moved[0].at.line}")
         for e in group:
             if e.id in bad:
                 self.reject(e, *bad[e.id], rnd)
@@ -525,17 +524,17 @@ class _Session:
         function (rejected:new-break, or a recipe that is never tried alone), joined with a
         fix of where the break went and verified as one edit (``gbfix.compound``)."""
         rnd = _Round(Locator(self.current), self.targets)
-        todo: list[tuple[Site, tuple, str]] = []
+        todo: dict[tuple[tuple, str], Site] = {}  # a site several breaks report (a helper called twice) once
         for brk in run.breaks:
             site = rnd.locator.site(brk)
             if site is not None:
                 rnd.sites.setdefault(site_key(site), site)
                 key = self.ledger.key(site)
-                # a site several frames report (a helper called twice) once
-                todo += [(site, key, recipe) for recipe in self.moved.get(key, []) if (key, recipe) not in {(k, r) for _, k, r in todo}]
+                for recipe in self.moved.get(key, []):
+                    todo.setdefault((key, recipe), site)
         accepted: list[Edit] = []
         last: RunResult | None = None
-        for site, key, recipe in todo[:MAX_COMPOUNDS]:
+        for (key, recipe), site in list(todo.items())[:MAX_COMPOUNDS]:
             self.moved[key].remove(recipe)  # tried once
             for first in self.propose(site, rnd.locator, caps, only=recipe):
                 self.progress(f"round {number + 1}: {recipe} at line {key[1]} moves its break; trying it with a fix of the next one")
@@ -563,7 +562,7 @@ class _Session:
         if diff := self.behaviour_diff(result, _tolerated([*applied, first])):
             self.outcomes.append(Outcome(first, "rejected:output-mismatch", diff))
             return []
-        moved = rnd.moved_into(placed, first, every=True)
+        moved = rnd.moved_to(placed, first)
         if not moved:  # it needs no partner after all: verified as it is
             return [first]
         middle = rnd.locator.edited(self._edited([first], rnd.locator))
@@ -902,26 +901,22 @@ class _Round:
             return "rejected:new-break", f"{describe(tb)} now breaks at line {tb.at.line}"
         return None
 
-    def moved_into(self, placed: list[TrialBreak], edit: Edit, every: bool = False) -> Any:
-        """A break of the trial in the function of ``edit``'s site (in the current generation's
-        lines) on a line that broke with nothing before: where an edit moved its site's break
-        (``every``: all such breaks, else the verdict on the first)."""
-        fn = self.locator.parsed(edit.site.path)
-        node = self.locator.node(edit.site)
-        outer = [a for a in fn.ancestors(node) if isinstance(a, cst.FunctionDef)]
+    def moved_to(self, placed: list[TrialBreak], edit: Edit) -> list[TrialBreak]:
+        """The trial's breaks in the function of ``edit``'s site (in the current generation's
+        lines) where nothing broke before: where an edit moved its site's break. A line the
+        edit rewrote counts when it breaks with a code its span did not break with."""
+        parsed = self.locator.parsed(edit.site.path)
+        outer = [a for a in parsed.ancestors(self.locator.node(edit.site)) if isinstance(a, cst.FunctionDef)]
         if not outer:
-            return [] if every else None
-        (first, _), (last, _) = fn.span(outer[-1])
+            return []
+        (first, _), (last, _) = parsed.span(outer[-1])
         known = {(s.path, s.line) for s in self.sites.values()}
         codes = self.codes_in(edit)
-        found = [
+        return [
             tb for tb in placed
             if tb.path == edit.site.path and first <= tb.at.line <= last
             and (tb.code not in codes if tb.at.rewritten else (tb.path, tb.at.line) not in known)
         ]
-        if every:
-            return found
-        return ("rejected:new-break", f"{describe(found[0])} now breaks at line {found[0].at.line}") if found else None
 
     def byte_col(self, site: Site) -> int | None:
         owned = owned_frame(site.brk, self.targets)
