@@ -262,8 +262,6 @@ COMPARISONS = (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThan
 
 
 # Calls that are never pure: randomness, host syncs, I/O, logging, container mutation.
-_EMPTY = cst.Module(body=[])
-
 IMPURE_CALLS = frozenset(
     "bernoulli multinomial rand randn randint randperm rand_like randn_like randint_like normal"
     " poisson dropout dropout1d dropout2d dropout3d alpha_dropout feature_alpha_dropout rrelu"
@@ -276,20 +274,16 @@ _PURE_BUILTINS = frozenset({"abs", "min", "max", "len"})
 _LITERAL_CASTS = frozenset({"float", "int", "bool"})
 
 
-def _literal(expr: cst.BaseExpression) -> bool:
-    """A number or string literal, possibly negated."""
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
-        expr = expr.expression
-    return isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString))
-
-
 def pure_call(call: cst.Call) -> bool:
     recv, name = called(call)
     if name is None or name in IMPURE_CALLS or (name.endswith("_") and not name.startswith("__")):
         return False  # in-place ops end in `_`
     if recv is None:
         # `float("-inf")`, `int(1e4)`: a number from a literal
-        return name in _PURE_BUILTINS or (name in _LITERAL_CASTS and bool(call.args) and all(_literal(a.value) for a in call.args))
+        return name in _PURE_BUILTINS or (
+            name in _LITERAL_CASTS and bool(call.args)
+            and all(isinstance(_unsigned(a.value), (cst.Integer, cst.Float, cst.SimpleString)) for a in call.args)
+        )
     # `self.f(...)` runs a method or submodule whose body is out of sight.
     return name_of(recv) != "self" and not any(a.keyword is not None and a.keyword.value == "out" for a in call.args)
 
@@ -381,7 +375,7 @@ def is_torch_call(call: cst.Call) -> bool:
     owner = call.func.value
     if name_of(owner) in ("torch", "F"):
         return True
-    dotted = _EMPTY.code_for_node(owner) if isinstance(owner, cst.Attribute) else ""
+    dotted = cst.Module([]).code_for_node(owner) if isinstance(owner, cst.Attribute) else ""
     return dotted.startswith("torch.") or dotted == "nn.functional"
 
 

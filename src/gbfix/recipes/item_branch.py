@@ -125,8 +125,8 @@ class ItemBeforeTest(ItemThenWhere):
     of the function. Inside the body of such an `if`, a use of the name that no tensor op
     takes (a message's value: `f"loss {v:.2f}"`) becomes `v.item()`: there the test held,
     and the number is the one the original read (float64 holds a float32 read exactly).
-    A read of an integer tensor stays an integer tensor (no `.double()`), and each `if`
-    must compare it with integer literals, which compare exactly in int64."""
+    A read of an integer tensor stays an integer tensor (no `.double()`), and no `if` that
+    tests it may hold a float literal (int64 against a float compares in float32)."""
 
     name = "item-before-test"
     alone = False
@@ -181,9 +181,9 @@ _BACK = "read back"  # the partner of a use in the body of an `if` that tests th
 
 
 def _against_integers(test: cst.BaseExpression) -> bool:
-    """Every comparison in the test has integer literals (or names, calls: not floats) on
-    its other sides, so an int64 tensor compares as the Python int did; a float literal
-    would be compared in float32."""
+    """The test holds no float literal: an int64 tensor compares with an integer as the
+    Python int did, where a float literal would be compared in float32. (A name holding a
+    float is not seen here; the verifier compares the outcome.)"""
     for node in walk(test):
         if isinstance(node, cst.Float | cst.Imaginary):
             return False
