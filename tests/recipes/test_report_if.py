@@ -193,6 +193,29 @@ def test_print(case, pkg):
     assert _rewrite(before, needle, pkg, it="int", verbose="int") == _expect("gbfix_print_if", after)
 
 
+def test_round_in_a_message_is_made_at_run_time(pkg):
+    # round(v, n) of a read (a cast of a cast: innermost first), of a number, without digits
+    before = """
+    def clip_report(total, max_norm):
+        if total > max_norm:
+            print("clipping: norm", round(total.item(), 3), "of", round(max_norm, -1), round(max_norm))
+        return total
+    """
+    after = """
+    def clip_report(total, max_norm):
+        gbfix_print_if(
+            total > max_norm,
+            "clipping: norm {!s} of {!s} {!s}",
+            total,
+            max_norm,
+            max_norm,
+            cast={0: "item,round:3", 1: "round:-1", 2: "round"},
+        )
+        return total
+    """
+    assert _rewrite(before, "total > max_norm", pkg, total="tensor", max_norm="float") == _expect("gbfix_print_if", after)
+
+
 def test_a_parameter_in_the_message_is_observed_first(pkg):
     # `it` may be anything the op cannot take (a list, a torch.Size): an uncompiled run shows it
     before, needle, _ = PRINTS["inline comparison, an f-string with a format spec"]
@@ -1058,11 +1081,12 @@ def test_conditional_helpers_keep_pythons_truth_value():
 
     def original(x):
         if x > 0:
-            print(f"sum {x.sum():.1f} {int(x.sum())}")
+            print(f"sum {x.sum():.1f} {int(x.sum())}", round(x.sum().item() / 3, 2), round(x.sum().item()))
         return x + 1
 
     def rewritten(x):
-        report(x > 0, "sum {:.1f} {}", x.sum(), x.sum(), cast={1: "int"})
+        s = x.sum()
+        report(x > 0, "sum {:.1f} {} {!s} {!s}", s, s, s / 3, s, cast={1: "int", 2: "item,round:2", 3: "item,round"})
         return x + 1
 
     def outcome(fn, x):

@@ -144,16 +144,38 @@ def uncast(ctx: SiteContext, values: list[cst.BaseExpression], percent: bool, st
 def _uncast(ctx: SiteContext, node: cst.BaseExpression) -> tuple[cst.BaseExpression, str | None]:
     """(`t`, "int") for `int(t)` (the builtin), "float" for `float(t)`, "item" for
     `t.item()`, "str" / "repr" for `str(t)` / `repr(t)` of anything but a container or
-    a shape (those Dynamo turns into text while it traces); else (``node``, None)."""
+    a shape (those Dynamo turns into text while it traces), "round:2" for `round(t, 2)`
+    (digits a literal; "round" without); a cast of a cast as both, innermost first
+    (`round(t.item(), 3)`: "item,round:3"); else (``node``, None)."""
     if isinstance(node, cst.Call):
         recv, name = called(node)
-        if recv is None and name in _BUILTIN_CASTS and len(node.args) == 1 and is_builtin(ctx, node.func):
-            arg = node.args[0]
-            if arg.keyword is None and not arg.star and not (name in ("str", "repr") and _to_text(arg.value)):
-                return arg.value, name
-        if recv is not None and name == "item" and not node.args:
+        args = node.args
+        if any(a.keyword or a.star for a in args):
+            return node, None
+        if recv is None and name in _BUILTIN_CASTS and len(args) == 1 and is_builtin(ctx, node.func):
+            if not (name in ("str", "repr") and _to_text(args[0].value)):
+                return _then(ctx, args[0].value, name)
+        if recv is None and name == "round" and len(args) in (1, 2) and is_builtin(ctx, node.func):
+            digits = _digits(args[1].value) if len(args) == 2 else ""
+            if digits is not None:
+                return _then(ctx, args[0].value, f"round:{digits}" if digits else "round")
+        if recv is not None and name == "item" and not args:
             return recv, "item"
     return node, None
+
+
+def _then(ctx: SiteContext, inner: cst.BaseExpression, kind: str) -> tuple[cst.BaseExpression, str]:
+    """``inner`` uncast itself, then ``kind`` applied to what that gives."""
+    value, first = _uncast(ctx, inner)
+    return value, f"{first},{kind}" if first else kind
+
+
+def _digits(node: cst.BaseExpression) -> str | None:
+    """The text of an integer literal (`2`, `-1`), else None."""
+    sign = ""
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        sign, node = "-", node.expression
+    return sign + str(int(node.value, 0)) if isinstance(node, cst.Integer) else None
 
 
 def float_converted(text: str, values: list[cst.BaseExpression], percent: bool, cast: dict[int, str]) -> list[cst.BaseExpression]:
@@ -162,7 +184,7 @@ def float_converted(text: str, values: list[cst.BaseExpression], percent: bool, 
     (torch warns once a process when ``float()`` converts a tensor that requires grad, from
     the line that converts it.)"""
     items = flat(values, percent)
-    out = [v for i, v in enumerate(items) if cast.get(i) == "float"]
+    out = [v for i, v in enumerate(items) if "float" in cast.get(i, "").split(",")]
     if percent and _FLOAT_SPEC.search(text.replace("%%", "")):
         out += [v for i, v in enumerate(items) if i not in cast]
     return out

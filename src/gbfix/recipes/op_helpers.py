@@ -265,13 +265,13 @@ def gbfix_raise_if(cond, exc, *message):
 # value of another kind) the helper is the `if` it replaced. raise-if's
 # gbfix_raise_if_format makes its exception's message the same way (RAISE_FORMAT).
 MESSAGE = piece("_gbfix_message", '''\
-_gbfix_cast_of = {"": lambda v: v, "int": int, "float": float, "item": lambda v: v.item(), "str": str, "repr": repr}
+_gbfix_cast_of = {"int": int, "float": float, "item": lambda v: v.item(), "str": str, "repr": repr, "round": round}
 _gbfix_if_schema = "Tensor cond, str fmt, bool percent, str[] casts, str kinds, str[] texts, Scalar[] numbers, Tensor[] tensors"
 
 
 def _gbfix_message(values, cast, percent):
     # The values a message is made of (with percent, values[0] is the operand of `%`:
-    # a tuple's items), the cast of each ("", "int", "float" or "item", from `cast`:
+    # a tuple's items), the cast of each ("" or what `_gbfix_cast` applies, from `cast`:
     # {index: cast}) and the values packed for an op.
     values = values[0] if percent and type(values[0]) is tuple else values
     casts = [(cast or {}).get(i, "") for i in range(len(values))]
@@ -279,8 +279,16 @@ def _gbfix_message(values, cast, percent):
 
 
 def _gbfix_cast(values, casts):
-    # The values with their casts applied: int(v), float(v), v.item(), str(v), repr(v).
-    return [_gbfix_cast_of[c](v) for v, c in zip(values, casts)]
+    # The values with their casts applied, innermost first: int(v), float(v), v.item(),
+    # str(v), repr(v), round(v) and "round:2", round(v, 2) ("item,round:2": round(v.item(), 2)).
+    return [_gbfix_cast_one(v, c) for v, c in zip(values, casts)]
+
+
+def _gbfix_cast_one(value, casts):
+    for cast in filter(None, casts.split(",")):
+        name, _, digits = cast.partition(":")
+        value = round(value, int(digits)) if digits else _gbfix_cast_of[name](value)
+    return value
 
 
 def _gbfix_text(fmt, values, casts, percent):
