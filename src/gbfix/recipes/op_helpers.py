@@ -360,6 +360,17 @@ def gbfix_log_if(cond, logger, method, *args, cast=None, template=False):
         gbfix_log(logger, method, *_gbfix_cast(args, casts), template=template)
 ''', imports=(("torch", None),), needs=(LOG.name, MESSAGE.name))
 
+# report-if's call of a function that only reports (``report_function``: a `warn_once`
+# wrapper): the log op with the function pinned in place of a logger, and "__call__"
+# for its method, so at run time the op calls it only where the test holds.
+CALL_IF = piece("gbfix_call_if", '''\
+def gbfix_call_if(cond, fn, *args, cast=None):
+    # `if cond: fn(*args)` for a function that only reports, in compiled graphs too:
+    # for a tensor cond the op tests it and calls fn at run time, as gbfix_log_if
+    # calls a logger's method.
+    gbfix_log_if(cond, fn, "__call__", *args, cast=cast)
+''', imports=(), needs=(LOG_IF.name,))
+
 # raise-if with a message that formats a tensor (`raise FloatingPointError(f"non-finite loss
 # {loss}")`): its text is only known at run time, so the op makes it there, as the report-if
 # ops make theirs (_gbfix_message, _gbfix_text), and only where the test holds. The op

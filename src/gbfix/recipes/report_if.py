@@ -25,7 +25,9 @@ value and reports only then.
 
 Reports taken: the builtin ``print`` (as print-to-hop takes it), ``warnings.warn`` (as
 warn-to-op takes it), a Logger method (as logger-to-op takes it), and the gbfix_print /
-gbfix_warn / gbfix_log calls those recipes wrote in an earlier round. A warning names
+gbfix_warn / gbfix_log calls those recipes wrote in an earlier round, and a call of a
+function of the program that only reports (``report_function``: a `warn_once` wrapper),
+which the op of gbfix_call_if calls at run time. A warning names
 the line of its call, so each report stays on its line: where the `if` line would
 otherwise go, ``pred = <test>`` takes it (an `else:` line: ``torch.logical_not(pred)``),
 and the rewrite is declined where a warning would move. A Python part of the test stays
@@ -84,11 +86,12 @@ from gbfix.recipes.logging_call import (
     observed_owner,
 )
 from gbfix.recipes.print_call import PrintToHop
+from gbfix.recipes.report_function import report_function
 from gbfix.recipes.tree import keyword_arg, variable_names, walk
 from gbfix.recipes.vocabulary import FULL_REDUCTIONS
 from gbfix.recipes.warn_call import WarnRecipe, _bind, _is_chain
 
-_PRINT, _WARN, _LOG = op_helpers.PRINT_IF.name, op_helpers.WARN_IF.name, op_helpers.LOG_IF.name
+_PRINT, _WARN, _LOG, _CALL = op_helpers.PRINT_IF.name, op_helpers.WARN_IF.name, op_helpers.LOG_IF.name, op_helpers.CALL_IF.name
 # What an earlier round wrote for a report (print-to-op, warn-to-op, logger-to-op): its kind.
 _WRITTEN = {op_helpers.PRINT.name: "print", op_helpers.WARN.name: "warn", op_helpers.LOG.name: "log"}
 _TRUE = cst.Name("True")
@@ -99,8 +102,8 @@ class _Report:
     """One report of the `if`, as its conditional helper takes it."""
 
     call: cst.Call  # as the `if` wrote it
-    helper: str  # gbfix_print_if / gbfix_warn_if / gbfix_log_if
-    head: list[cst.BaseExpression]  # the template (print, warn); the logger and the method (log)
+    helper: str  # gbfix_print_if / gbfix_warn_if / gbfix_log_if / gbfix_call_if
+    head: list[cst.BaseExpression]  # the template (print, warn); the logger and the method (log); the function (call)
     values: list[cst.BaseExpression]  # the message's values (percent: the operand of `%`)
     keywords: dict[str, cst.BaseExpression] = field(default_factory=dict)
     cast: dict[int, str] = field(default_factory=dict)  # index of a value (a `%` tuple's item) -> its cast
@@ -183,6 +186,10 @@ class ReportIf(Recipe):
             return self._print(ctx, call)
         if kind == "warn":
             return self._warn(ctx, call)
+        if kind == "call":  # a function that only reports, called from the op as it is
+            r = _Report(call, _CALL, [call.func], [a.value for a in call.args])
+            r.cast = message.uncast(ctx, r.values, False)
+            return r
         assert kind == "log"
         return self._log(ctx, call)
 
@@ -435,7 +442,8 @@ def _calls(suite: cst.BaseSuite) -> list[cst.Call]:
 
 
 def _kind(ctx: SiteContext, call: cst.Call) -> str | None:
-    """"print", "warn" or "log" for a report call, or one an earlier round wrote; else None."""
+    """"print", "warn" or "log" for a report call, or one an earlier round wrote; "call"
+    for a call of a function that only reports (``report_function``); else None."""
     func = call.func
     if isinstance(func, cst.Name):
         if func.value == "print" and is_builtin(ctx, func):
@@ -446,6 +454,8 @@ def _kind(ctx: SiteContext, call: cst.Call) -> str | None:
         return "warn"
     if isinstance(func, cst.Attribute) and func.attr.value in LOGGER_METHODS:
         return "log"
+    if report_function(ctx, call) is not None:
+        return "call"
     return None
 
 
