@@ -1,12 +1,13 @@
 """Compound edits: an edit that moves its break to a later `if` of its function, joined with
 that `if`'s fix and verified as one (gbfix.compound, the engine's compound round).
 
-The real run (tests/fixtures/compound/prog.py) has four spellings of a read that an `if`
+The real run (tests/fixtures/compound/prog.py) has five spellings of a read that an `if`
 tests, each `if` taken by another recipe (a warning in a method: report-if; a raise in a
 helper function, after `float(t)`: raise-if; a log record with the value used after it:
 report-if; a print in a loop that formats the value: report-if, the value read back as a
-number), and one `if` no recipe takes, where nothing may change (also reached by a loop over
-two modules first: one site, two breaks, tried once).
+number; a read bound by `:=` in the test and logged: report-if), and `if`s no recipe takes,
+where nothing may change (an attribute updated, also reached by a loop over two modules
+first: one site, two breaks, tried once; a `:=` name used after its `if`).
 """
 
 from __future__ import annotations
@@ -39,12 +40,12 @@ def fixed(tmp_path_factory) -> tuple[engine.Result, Path]:
 def test_each_read_is_joined_with_the_fix_of_its_if(fixed):
     result, _ = fixed
     joined = sorted(o.edit.recipes for o in result.outcomes if o.status == "applied" and o.edit.also)
-    assert joined == [("item-before-test", "raise-if")] + [("item-before-test", "report-if")] * 3
+    assert joined == [("item-before-test", "raise-if")] + [("item-before-test", "report-if")] * 4
     # never on its own: the read alone only moves the break to the `if`
     assert not [o for o in result.outcomes if o.edit.recipes == ("item-before-test",)]
     reads = {f.line: f.status for f in result.findings if f.code == "GB0124"}
-    assert reads == {20: "fixed", 28: "fixed", 36: "fixed", 51: "unfixed", 67: "fixed"}
-    assert result.remaining == 1
+    assert reads == {20: "fixed", 28: "fixed", 36: "fixed", 51: "unfixed", 67: "fixed", 88: "fixed", 95: "unfixed"}
+    assert result.remaining == 2
 
 
 def test_the_joined_edit_rewrites_read_and_if_together(fixed):
@@ -74,10 +75,28 @@ def test_the_joined_edit_rewrites_read_and_if_together(fixed):
     ) in text
 
 
+def test_a_read_bound_in_the_test_is_read_back_in_its_body(fixed):
+    # `if (n := int(t)) > 0: log(..., n)`: n a tensor for the test, the number in the record
+    result, script = fixed
+    text = result.fixed[script].decode()
+    assert (
+        "    gbfix_log_if(\n"
+        "        (n_empty := (lengths == 0).sum().detach()) > 0,\n"
+        "        log,\n"
+        '        "warning",\n'
+        '        "%d empty rows",\n'
+        "        n_empty,\n"
+        '        cast={1: "item"},\n'
+        "    )\n"
+    ) in text
+
+
 def test_a_read_whose_if_no_recipe_takes_stays_as_it_is(fixed):
     result, script = fixed
     text = result.fixed[script].decode()
     assert "        peak = x.abs().max().item()\n        if peak > 2.0:\n            self.hits += 1\n" in text
+    # the name the test binds is used after the `if`, where it was a number
+    assert "    if (n := int((lengths == 0).sum())) > 0:\n" in text
 
 
 SOURCE = textwrap.dedent(

@@ -392,6 +392,15 @@ def test_logging_op_takes_a_loop_counter_over_range():
     assert 'gbfix_log(logger, "info", "n %s", n)' in _log('logger.info("n %s", n)', module)
 
 
+def test_logging_op_takes_a_local_bound_by_walrus_like_an_assignment():
+    # `(n := int(...))` binds a number, `(m := x.shape)` a torch.Size, as `=` would
+    module = LOG_MODULE.replace(
+        "        {stmt}", "        if (n := int(x.sum())) > 0 and (m := x.shape):\n            {stmt}"
+    )
+    assert 'gbfix_log(logger, "info", "n %d", n)' in _log('logger.info("n %d", n)', module)
+    assert _log('logger.info("m %s", m)', module) is None
+
+
 @pytest.mark.parametrize(
     "stmt",
     [

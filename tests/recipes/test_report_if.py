@@ -15,13 +15,15 @@ import sys
 import textwrap
 from pathlib import Path
 
+import libcst as cst
 import pytest
 
 from gbfix import engine, generated
 from gbfix.entry import parse
-from gbfix.recipes import op_helpers
+from gbfix.recipes import message, op_helpers
 from gbfix.recipes.base import Decline
 from gbfix.recipes.report_if import ReportIf
+from gbfix.recipes.tree import walk
 from gbfix.records import ObservedCall, ValueSpec
 from tests.helpers import generated_function, rewrite_at, site_context
 
@@ -214,6 +216,32 @@ def test_round_in_a_message_is_made_at_run_time(pkg):
         return total
     """
     assert _rewrite(before, "total > max_norm", pkg, total="tensor", max_norm="float") == _expect("gbfix_print_if", after)
+
+
+def test_a_name_the_test_binds_is_bound_for_the_message(pkg):
+    # `:=` in the test runs before the message's values (the test is the helper's first
+    # argument); not on the right of an `and`, which may not run
+    before = """
+    def step(x):
+        if (total := x.sum()) > 10:
+            print("total", total)
+        return x
+    """
+    after = """
+    def step(x):
+        gbfix_print_if((total := x.sum()) > 10, "total {!s}", total)
+        return x
+    """
+    assert _rewrite(before, "(total := x.sum()) > 10", pkg) == _expect("gbfix_print_if", after)
+    for test, bound in [
+        ("(total := x.sum()) > 10 and x.any()", True),
+        ("x.any() and (total := x.sum()) > 10", False),
+        ("(total := x.sum()) if x.any() else 0", False),
+    ]:
+        source = f"def step(x):\n    if {test}:\n        print(total)\n"
+        ctx = site_context(source, 2, 7, 7 + len(test), "GB0170")
+        if_node = next(n for n in walk(ctx.module) if isinstance(n, cst.If))
+        assert (message.risk(ctx, cst.Name("total"), if_node, if_node.test) is None) == bound, test
 
 
 def test_a_parameter_in_the_message_is_observed_first(pkg):

@@ -146,6 +146,7 @@ class ItemBeforeTest(ItemThenWhere):
         if test is not None:  # inline: `if x.abs().max().item() > c:`
             self._tests = [test]
             self._new = self._as_tensor(call, source, zero_dim=f.zero_dim(source), double=not self._int, snapshot=False)
+            self._back = _walrus_uses(ctx, call, test)
         elif ItemToTensor.anchor(self, ctx) is None or not self._tests:
             return None
         if self._int and not all(_against_integers(t) for t in self._tests):
@@ -188,6 +189,24 @@ def _against_integers(test: cst.BaseExpression) -> bool:
         if isinstance(node, cst.Float | cst.Imaginary):
             return False
     return True
+
+
+def _walrus_uses(ctx: SiteContext, call: cst.Call, test: cst.BaseExpression) -> list[cst.Name]:
+    """`if (n := int(t.sum())) > 0: log(..., n)`: the uses of ``n`` in the body of the
+    `if`, where the test held (read back as the number); Decline for a use anywhere else
+    (after the `if`, ``n`` would be a tensor where it was a number)."""
+    up = ctx.file.parent(call)
+    if not isinstance(up, cst.NamedExpr) or not isinstance(up.target, cst.Name):
+        return []
+    if_node = ctx.file.parent(test)
+    fn = ctx.enclosing(cst.FunctionDef, node=call)
+    assert isinstance(if_node, cst.If) and fn is not None
+    name = up.target.value
+    inside = {id(n) for n in walk(if_node.body)}
+    uses = [n for n in walk(fn) if isinstance(n, cst.Name) and n.value == name and n is not up.target]
+    if any(id(n) not in inside for n in uses):
+        raise Decline(f"`{name}` is used outside the body of the `if` whose test binds it")
+    return uses
 
 
 def _test_holding(ctx: SiteContext, call: cst.Call) -> cst.BaseExpression | None:

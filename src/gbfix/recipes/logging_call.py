@@ -419,7 +419,7 @@ def _local_values(ctx: SiteContext, fn: cst.FunctionDef, name: str, seen: frozen
     if not bound:
         return "is not bound in the function"
     for n in bound:
-        if not isinstance(n, (cst.Assign, cst.AnnAssign)) or n.value is None:
+        if not isinstance(n, (cst.Assign, cst.AnnAssign, cst.NamedExpr)) or n.value is None:
             return f"is bound by {type(n).__name__}"
         if any(isinstance(t.target, (cst.Tuple, cst.List)) for t in getattr(n, "targets", ())):
             return "is unpacked"

@@ -210,24 +210,48 @@ def risk(ctx: SiteContext, node: cst.BaseExpression, at: cst.CSTNode, cond: cst.
     """What may happen when ``node`` is evaluated whenever the statement ``at`` runs, where
     the original evaluated it only where its test ``cond`` held: an effect or an error;
     None when nothing can. A part of the test with no effect may raise: the test,
-    evaluated first, raised there already."""
+    evaluated first, raised there already; a name the test binds (`(n := t.sum()) > 0`)
+    is bound by then."""
     seen = [n for n in walk(cond) if isinstance(n, cst.BaseExpression) and not isinstance(n, cst.Name) and pure(n)]
-    return _risk_in(ctx, node, at, seen)
+    return _risk_in(ctx, node, at, seen, _walrus_names(cond))
 
 
-def _risk_in(ctx: SiteContext, node: cst.BaseExpression, at: cst.CSTNode, seen: list[cst.BaseExpression]) -> str | None:
+def _walrus_names(cond: cst.BaseExpression) -> frozenset[str]:
+    """The names ``cond`` binds whenever it is evaluated: walrus targets not in the right
+    operand of `and`/`or`, an arm of a conditional expression, a comprehension or a lambda."""
+    out: set[str] = set()
+
+    def visit(node: cst.CSTNode) -> None:
+        if isinstance(node, (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)):
+            return
+        if isinstance(node, cst.BooleanOperation):
+            return visit(node.left)
+        if isinstance(node, cst.IfExp):
+            return visit(node.test)
+        if isinstance(node, cst.NamedExpr) and isinstance(node.target, cst.Name):
+            out.add(node.target.value)
+        for child in node.children:
+            visit(child)
+
+    visit(cond)
+    return frozenset(out)
+
+
+def _risk_in(
+    ctx: SiteContext, node: cst.BaseExpression, at: cst.CSTNode, seen: list[cst.BaseExpression], bound: frozenset[str]
+) -> str | None:
     if any(type(s) is type(node) and s.deep_equals(node) for s in seen):
         return None  # the test computed it already
     if isinstance(node, cst.Name):
-        if node.value in ("True", "False", "None") or bound_before(ctx, node.value, at):
+        if node.value in ("True", "False", "None") or node.value in bound or bound_before(ctx, node.value, at):
             return None
         return f"reads `{node.value}`, which may not be bound there"
     if isinstance(node, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString)):
         return None
     if isinstance(node, cst.Attribute):
-        return _risk_in(ctx, node.value, at, seen)
+        return _risk_in(ctx, node.value, at, seen, bound)
     if isinstance(node, (cst.Tuple, cst.List)):
-        return next(filter(None, (_risk_in(ctx, el.value, at, seen) for el in node.elements)), None)
+        return next(filter(None, (_risk_in(ctx, el.value, at, seen, bound) for el in node.elements)), None)
     if isinstance(node, cst.BinaryOperation) and not isinstance(node.operator, _SAFE_OPERATORS):
         return "divides or shifts, which may raise"
     if isinstance(node, cst.Comparison) and not all(isinstance(c.operator, (*COMPARISONS, cst.Is, cst.IsNot)) for c in node.comparisons):
@@ -235,10 +259,10 @@ def _risk_in(ctx: SiteContext, node: cst.BaseExpression, at: cst.CSTNode, seen: 
     if isinstance(node, (cst.UnaryOperation, cst.BooleanOperation, cst.Comparison, cst.BinaryOperation)):
         parts = [c for c in node.children if isinstance(c, cst.BaseExpression)]
         parts += [c.comparator for c in node.comparisons] if isinstance(node, cst.Comparison) else []
-        return next(filter(None, (_risk_in(ctx, p, at, seen) for p in parts)), None)
+        return next(filter(None, (_risk_in(ctx, p, at, seen, bound) for p in parts)), None)
     if isinstance(node, cst.Call) and _total(ctx, node):
         inner = [a.value for a in node.args] + ([node.func.value] if isinstance(node.func, cst.Attribute) else [])
-        return next(filter(None, (_risk_in(ctx, p, at, seen) for p in inner)), None)
+        return next(filter(None, (_risk_in(ctx, p, at, seen, bound) for p in inner)), None)
     if isinstance(node, cst.Call):
         return f"calls `{ctx.code(node.func)}`, which may have effects or raise"
     if isinstance(node, cst.Subscript):
