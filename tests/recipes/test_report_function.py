@@ -24,6 +24,7 @@ import pytest
 from gbfix import engine
 from gbfix.entry import parse as parse_entry
 from gbfix.recipes.report_function import report_function
+from gbfix.recipes.report_if import ReportIf
 from tests.helpers import line_site, site_context
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "report_functions"
@@ -180,6 +181,37 @@ def test_the_function_in_the_same_module_or_a_package_module(tmp_path: Path):
             node = ctx.file.parent(node)
         verdicts[call] = report_function(ctx, node) is not None
     assert verdicts == {'note("big")': True, 'once("big")': True, "remember(x)": False}
+
+
+def test_a_tensor_argument_is_declined(tmp_path: Path):
+    # the function would get it detached from the op (its str() without the grad_fn);
+    # a number read from it (`int(t)`, a cast made at run time) is taken
+    (tmp_path / "helpers.py").write_text(HELPERS)
+    source = textwrap.dedent(
+        """\
+        import torch
+
+        from helpers import warn_flag
+
+
+        def step(x):
+            if x.max() > 1:
+                warn_flag(x.sum())
+            if x.min() < -1:
+                warn_flag(int(x.sum()))
+            return x
+        """
+    )
+    script = tmp_path / "main.py"
+    script.write_text(source)
+    out = {}
+    for needle in ("x.max() > 1", "x.min() < -1"):
+        line = next(i for i, text in enumerate(source.splitlines(), 1) if needle in text)
+        col = source.splitlines()[line - 1].index(needle)
+        recipe = ReportIf()
+        out[needle] = recipe.propose(site_context(source, line, col, col + len(needle), "GB0170", path=script)), recipe.declined
+    assert out["x.max() > 1"][0] is None and "the function gets text and numbers" in out["x.max() > 1"][1]
+    assert out["x.min() < -1"][0] is not None
 
 
 # --- the real run ------------------------------------------------------------------------

@@ -187,9 +187,7 @@ class ReportIf(Recipe):
         if kind == "warn":
             return self._warn(ctx, call)
         if kind == "call":  # a function that only reports, called from the op as it is
-            r = _Report(call, _CALL, [call.func], [a.value for a in call.args])
-            r.cast = message.uncast(ctx, r.values, False)
-            return r
+            return self._call(ctx, call)
         assert kind == "log"
         return self._log(ctx, call)
 
@@ -248,6 +246,16 @@ class ReportIf(Recipe):
         if stacklevel is not None:
             r.keywords["stacklevel"] = stacklevel.value
         r.cast = message.uncast(ctx, r.values, percent)
+        return r
+
+    def _call(self, ctx: SiteContext, call: cst.Call) -> _Report:
+        r = _Report(call, _CALL, [call.func], [a.value for a in call.args])
+        r.cast = message.uncast(ctx, r.values, False)
+        for i, value in enumerate(r.values):
+            # a tensor would reach the function detached (str() of it loses its grad_fn)
+            why = None if i in r.cast else not_text_or_number(ctx, value)
+            if why:
+                raise Decline(f"`{ctx.code(value)}` in `{ctx.code(call)}` {why}: the function gets text and numbers")
         return r
 
     def _log(self, ctx: SiteContext, call: cst.Call) -> _Report:
