@@ -40,7 +40,7 @@ def test_still_there_is_no_reduction():
 
 def test_a_new_code_on_the_sites_line_is_a_new_break():
     status, detail = site_verdict(CONFIG, [trial("GB4841", 20, 4)], 8, set())
-    assert status == "rejected:new-break" and "line 20 now breaks with GB4841" in detail
+    assert status == "rejected:new-break" and "its line now breaks with GB4841" in detail
 
 
 def test_a_code_that_already_broke_on_the_line_is_no_new_break():
@@ -107,7 +107,7 @@ def test_another_library_line_that_broke_before_is_no_new_break():
 
 def test_a_library_line_that_never_broke_is_a_new_break():
     status, detail = site_verdict(USER_CONFIG, [lib_trial("GB0170", 70)], 8, set(), frozenset({(LIB, 64), (LIB, 68)}))
-    assert status == "rejected:new-break" and "line 20 now breaks with GB0170" in detail
+    assert status == "rejected:new-break" and "its line now breaks with GB0170" in detail
 
 
 def test_a_library_line_that_broke_before_behind_the_patched_copy_is_its_own_site():

@@ -313,6 +313,11 @@ class _Session:
         return None
 
     # --- verifying ----------------------------------------------------------
+    def _now_breaks(self, tb: TrialBreak) -> str:
+        """The verdict on an edit that made ``tb`` break, its line as the original file numbers it."""
+        to_original = self.ledger.to_original.get(tb.path)
+        return f"{describe(tb)} now breaks at line {to_original(tb.at.line).line if to_original else tb.at.line}"
+
     def settle(self, group: list[Edit], accepted: list[Edit], rnd: _Round) -> RunResult | None:
         """Verify ``group`` on top of ``accepted``; extend ``accepted`` with what passes.
 
@@ -329,10 +334,10 @@ class _Session:
         leaves = rnd.leaves()
         bad = {e.id: v for e in group if (v := site_verdict(e, placed, rnd.byte_col(e.site), rnd.codes_in(e), leaves))}
         for e in group:
-            if e.id not in bad and _is_global(e) and (v := rnd.elsewhere(placed, accepted + group)):
-                bad[e.id] = v
+            if e.id not in bad and _is_global(e) and (tb := rnd.elsewhere(placed, accepted + group)):
+                bad[e.id] = ("rejected:new-break", self._now_breaks(tb))
             elif e.id not in bad and e.also and (moved := rnd.moved_to(placed, e)):
-                bad[e.id] = ("rejected:new-break", f"{describe(moved[0])} now breaks at line {moved[0].at.line}")
+                bad[e.id] = ("rejected:new-break", self._now_breaks(moved[0]))
         for e in group:
             if e.id in bad:
                 self.reject(e, *bad[e.id], rnd)
@@ -887,7 +892,7 @@ class _Round:
         """The library lines this round's sites broke at, behind a line of the targets."""
         return frozenset(leaf for s in self.sites.values() if (leaf := library_leaf(s.brk, s.path)) is not None)
 
-    def elsewhere(self, placed: list[TrialBreak], edits: list[Edit]) -> tuple[Status, str] | None:
+    def elsewhere(self, placed: list[TrialBreak], edits: list[Edit]) -> TrialBreak | None:
         """A break of the trial on a line where none of this round's sites broke and
         no local edit's span contains: what a process-wide change (a config route)
         moved the break to, e.g. from `int(t)` to the `if` on its value. A line that
@@ -898,7 +903,7 @@ class _Round:
                 continue
             if any(e.path == tb.path and e.start[0] <= tb.at.line <= e.end[0] for e in edits if not _is_global(e)):
                 continue
-            return "rejected:new-break", f"{describe(tb)} now breaks at line {tb.at.line}"
+            return tb
         return None
 
     def moved_to(self, placed: list[TrialBreak], edit: Edit) -> list[TrialBreak]:

@@ -98,13 +98,13 @@ def site_verdict(
             continue
         if not tb.at.rewritten:
             if (tb.at.line, tb.col, tb.code, tb.leaf) == (site.line, byte_col, site.code, library_leaf(site.brk, site.path)):
-                return "rejected:no-reduction", f"{site.code} still breaks at line {site.line}"
+                return "rejected:no-reduction", f"{site.code} still breaks on its line"
             # An edit elsewhere (a config route) that trades the site's break for
             # another one on the same line gains nothing.
             if tb.at.line == site.line and tb.code != site.code and tb.code not in codes_before:
                 if tb.leaf is not None and tb.leaf != library_leaf(site.brk, site.path) and tb.leaf in leaves_before:
                     continue
-                return "rejected:new-break", f"line {site.line} now breaks with {describe(tb)}"
+                return "rejected:new-break", f"its line now breaks with {describe(tb)}"
             continue
         if tb.at.line <= last and tb.at.last >= first:
             if _another_sites(tb, library_leaf(site.brk, site.path), leaves_before):
