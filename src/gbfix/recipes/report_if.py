@@ -122,8 +122,8 @@ class ReportIf(Recipe):
     rule = "GB0170"
     requires = frozenset({"register_fake"})
     summary = (
-        "`if <tensor>: <print / warnings.warn / logger call>` -> gbfix_print_if / gbfix_warn_if / gbfix_log_if:"
-        " an op in the graph tests the tensor and reports at run time"
+        "`if <tensor>: <print / warnings.warn / logger call / a function that only reports>` -> gbfix_print_if /"
+        " gbfix_warn_if / gbfix_log_if / gbfix_call_if: an op in the graph tests the tensor and reports at run time"
     )
 
     def observe(self, ctx: SiteContext) -> cst.FunctionDef | None:
