@@ -35,6 +35,7 @@ import warnings
 
 logger = logging.getLogger(__name__)
 RANK = 0
+STEP = 0
 _warned = False
 _counts = {}
 
@@ -89,6 +90,15 @@ def stack_print(msg):
     traceback.print_stack()
 
 
+def step_print(msg):
+    print(msg, STEP)
+
+
+def bump():
+    global STEP
+    STEP += 1
+
+
 def guarded(msg):
     try:
         print(msg)
@@ -137,6 +147,7 @@ def test_functions_that_only_report(tmp_path: Path, call: str):
         'delegate("x")',  # another function of the program
         'stack_print("x")',  # reads the stack
         'guarded("x")',  # try
+        'step_print("x")',  # reads a global another function rebinds (the graph may have, before the op runs)
         "rank0_print(*[1, 2])",  # a starred argument
     ],
 )

@@ -12,10 +12,13 @@ the graph depends on it. That holds for a body of prints, warnings and log calls
 (stacklevel 1: a warning or record names the function's own line, whoever calls it),
 arithmetic and formatting, and state of its own: its locals, a mutable default no call
 passes (`_seen=set()`), a module-level name that nothing else in its module reads
-(`_warned = False` with `global _warned`). Declined: anything that may touch what the
-graph reads or writes (an attribute or a parameter assigned, an in-place method, a call
-of another user function, `self.`), a frame it might inspect (`inspect`, `traceback`,
-`sys._getframe`), `try`/`with`, nested functions and generators.
+(`_warned = False` with `global _warned`). Other module-level names it reads must be ones
+no function rebinds (imports, defs, a constant assigned once): the op runs inside the
+graph, before Dynamo replays the graph's own updates of module globals. Declined:
+anything that may touch what the graph reads or writes (an attribute or a parameter
+assigned, an in-place method, a call of another user function, `self.`), a frame it
+might inspect (`inspect`, `traceback`, `sys._getframe`), `try`/`with`, nested functions
+and generators.
 
 The function is found in the call's own module, or through `from <module> import name`
 in a module beside it (the script's folder, or the package the call is in).
@@ -23,6 +26,7 @@ in a module beside it (the script's folder, or the package the call is in).
 
 from __future__ import annotations
 
+import builtins
 from pathlib import Path
 
 import libcst as cst
@@ -142,6 +146,8 @@ def _reports_only(module: cst.Module, fn: cst.FunctionDef, passed: int) -> bool:
                 return False
             declared |= names
     locals_, loggers = _locals(fn) - declared, _loggers(module)
+    if not all(_fixed_global(module, name) for name in _loaded(fn) - locals_ - own):
+        return False
     for n in walk(fn.body):
         if isinstance(n, cst.BaseSmallStatement) and not _statement_ok(n, own, locals_, loggers):
             return False
@@ -149,6 +155,39 @@ def _reports_only(module: cst.Module, fn: cst.FunctionDef, passed: int) -> bool:
         if tested is not None and not _calls_ok(tested, own, loggers):
             return False
     return True
+
+
+def _loaded(fn: cst.FunctionDef) -> set[str]:
+    """The names the function's body reads (not attribute names or keywords)."""
+    skip = {id(n.attr) for n in walk(fn.body) if isinstance(n, cst.Attribute)}
+    skip |= {id(a.keyword) for a in walk(fn.body) if isinstance(a, cst.Arg) and a.keyword is not None}
+    return {n.value for n in walk(fn.body) if isinstance(n, cst.Name) and id(n) not in skip}
+
+
+def _fixed_global(module: cst.Module, name: str) -> bool:
+    """``name`` is a builtin, or a module-level name no function rebinds: imports, defs, or
+    one assignment (a value the graph may have changed since, the op would read new)."""
+    bound = [s for s in module.body if name in _bound_at_top(s)]
+    if not bound:
+        return hasattr(builtins, name)
+    if any(isinstance(g, cst.Global) and name in {name_of(n.name) for n in g.names} for g in walk(module)):
+        return False
+    definitions = (cst.FunctionDef, cst.ClassDef)
+    imports = all(isinstance(s, definitions) or _imports(s) for s in bound)
+    return imports or (len(bound) == 1 and isinstance(bound[0], cst.SimpleStatementLine))
+
+
+def _imports(stmt: cst.CSTNode) -> bool:
+    if isinstance(stmt, cst.SimpleStatementLine):
+        return all(isinstance(sm, (cst.Import, cst.ImportFrom)) for sm in stmt.body)
+    if isinstance(stmt, cst.Try):  # `try: import x` / `except ImportError: x = None`
+        smalls = [n for n in walk(stmt) if isinstance(n, cst.BaseSmallStatement)]
+        return all(isinstance(sm, (cst.Import, cst.ImportFrom, cst.Pass)) or _none_assigned(sm) for sm in smalls)
+    return False
+
+
+def _none_assigned(stmt: cst.BaseSmallStatement) -> bool:
+    return isinstance(stmt, cst.Assign) and isinstance(stmt.value, cst.Name) and stmt.value.value == "None"
 
 
 def _state_value(node: cst.BaseExpression) -> bool:
