@@ -22,11 +22,11 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from gbfix.recipes import all_recipes, candidates
+from gbfix.recipes import all_recipes, candidates, op_helpers
 from gbfix.recipes.print_op import PrintToOp
 from gbfix.recipes.raise_if import AssertItemToRaiseIf, AssertToRaiseIf, RaiseIf
 from gbfix.records import ObservedCall, ValueSpec
-from tests.helpers import changed, rewrite_at, rewrite_line, site_context
+from tests.helpers import changed, generated_function, rewrite_at, rewrite_line, site_context
 
 
 def body(text: str) -> str:
@@ -695,6 +695,42 @@ def test_observes_the_function_whose_parameter_the_message_reads():
     assert "gbfix_raise_if_format(" in fix(source, RaiseIf, "if torch", observed=tensor)
     other = {3: (ObservedCall((("x", ValueSpec("tensor")), ("where", ValueSpec("other"))), ValueSpec("tensor")),)}
     assert "`where` was ['other'] in an uncompiled run" in declined(source, RaiseIf, "if torch", observed=other)
+
+
+def test_a_reduction_in_the_message_is_made_at_run_time():
+    # `labels.max()` raises on an empty tensor, where the test does not hold: the op takes
+    # `labels` and makes max() and item() there, where the test held ("max,item"); the same
+    # under int() ("min,int")
+    source = body(
+        """
+        def check(labels, n: int):
+            if torch.any(labels >= n):
+                raise ValueError(f"label {labels.max().item()} out of range, {int(labels.min())}")
+            return labels
+        """
+    )
+    seen = {3: (ObservedCall((("labels", ValueSpec("tensor")), ("n", ValueSpec("int"))), ValueSpec("tensor")),)}
+    assert changed(source, fix(source, RaiseIf, "if torch", observed=seen)) == [
+        "from ._gbfix import gbfix_raise_if_format", "gbfix_raise_if_format(", "torch.any(labels >= n),", "ValueError,",
+        '"label {} out of range, {}",', "labels,", "labels,", 'cast={0: "max,item", 1: "min,int"},', ")",
+    ]
+
+
+@pytest.mark.parametrize("backend", [None, "eager"])
+def test_a_reduction_cast_is_made_only_where_the_test_holds(backend):
+    import torch
+
+    check = generated_function(op_helpers.RAISE_FORMAT)
+
+    def run(cond, labels):
+        check(cond, ValueError, "label {} of {}", labels, labels.numel(), cast={0: "max,item"})
+        return labels + 1
+
+    fn = run if backend is None else torch.compile(run, backend=backend, fullgraph=True)
+    empty = torch.empty(0, dtype=torch.long)
+    assert fn(torch.tensor(False), empty).numel() == 0  # no max() of the empty tensor
+    with pytest.raises(ValueError, match="^label 7 of 2$"):
+        fn(torch.tensor(True), torch.tensor([3, 7]))
 
 
 def test_registry_order():

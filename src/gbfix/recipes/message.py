@@ -46,6 +46,10 @@ _DIM_METHODS = words("sum any all count_nonzero")  # may take a dim: 0 and -1 ex
 _SAFE_OPERATORS = (cst.Add, cst.Subtract, cst.Multiply, cst.BitAnd, cst.BitOr, cst.BitXor)
 # Casts a message applies to a value, made at run time by the helpers (``_gbfix_cast_of``).
 _BUILTIN_CASTS = ("int", "float", "str", "repr")
+# Casts that give a number, and the reductions made at run time beneath one (they raise on
+# an empty tensor, so the message may not compute them where the test does not hold).
+_NUMBERS = frozenset({"int", "float", "item", "round"})
+_RUN_TIME_REDUCTIONS = frozenset({"max", "min", "amax", "amin", "argmax", "argmin"})
 
 
 # --- the template -----------------------------------------------------------------------
@@ -160,14 +164,36 @@ def _uncast(ctx: SiteContext, node: cst.BaseExpression) -> tuple[cst.BaseExpress
             if digits is not None:
                 return _then(ctx, args[0].value, f"round:{digits}" if digits else "round")
         if recv is not None and name == "item" and not args:
-            return recv, "item"
+            return _then(ctx, recv, "item")
     return node, None
 
 
 def _then(ctx: SiteContext, inner: cst.BaseExpression, kind: str) -> tuple[cst.BaseExpression, str]:
-    """``inner`` uncast itself, then ``kind`` applied to what that gives."""
+    """``inner`` uncast itself, then ``kind`` applied to what that gives. Under a number
+    conversion, a reduction that raises on an empty tensor (`t.max()` in `t.max().item()`,
+    `int(t.min())`) is made at run time too, where the test held: "max,item"."""
     value, first = _uncast(ctx, inner)
+    if first is None and kind.partition(":")[0] in _NUMBERS and not _tested(ctx, value):
+        value, first = _reduced(value)
     return value, f"{first},{kind}" if first else kind
+
+
+def _tested(ctx: SiteContext, node: cst.BaseExpression) -> bool:
+    """The test of the `if` or assert around ``node`` computes it too (evaluated anyway)."""
+    for anc in ctx.ancestors(node):
+        test = anc.test if isinstance(anc, (cst.If, cst.Assert)) else None
+        if test is not None:
+            return any(type(n) is type(node) and n.deep_equals(node) for n in walk(test))
+    return False
+
+
+def _reduced(node: cst.BaseExpression) -> tuple[cst.BaseExpression, str | None]:
+    """(`t`, "max") for `t.max()`, `t.abs().max()`: (`t.abs()`, "max"); else (``node``, None)."""
+    if isinstance(node, cst.Call) and not node.args:
+        recv, name = called(node)
+        if recv is not None and name in _RUN_TIME_REDUCTIONS:
+            return recv, name
+    return node, None
 
 
 def _digits(node: cst.BaseExpression) -> str | None:

@@ -266,6 +266,7 @@ def gbfix_raise_if(cond, exc, *message):
 # gbfix_raise_if_format makes its exception's message the same way (RAISE_FORMAT).
 MESSAGE = piece("_gbfix_message", '''\
 _gbfix_cast_of = {"int": int, "float": float, "item": lambda v: v.item(), "str": str, "repr": repr, "round": round}
+_gbfix_cast_of.update({m: lambda v, m=m: getattr(v, m)() for m in ("max", "min", "amax", "amin", "argmax", "argmin")})
 _gbfix_if_schema = "Tensor cond, str fmt, bool percent, str[] casts, str kinds, str[] texts, Scalar[] numbers, Tensor[] tensors"
 
 
@@ -280,7 +281,8 @@ def _gbfix_message(values, cast, percent):
 
 def _gbfix_cast(values, casts):
     # The values with their casts applied, innermost first: int(v), float(v), v.item(),
-    # str(v), repr(v), round(v) and "round:2", round(v, 2) ("item,round:2": round(v.item(), 2)).
+    # str(v), repr(v), round(v) and "round:2", round(v, 2) ("item,round:2": round(v.item(), 2)),
+    # v.max() and the other reductions ("max,item": v.max().item()).
     return [_gbfix_cast_one(v, c) for v, c in zip(values, casts)]
 
 
