@@ -146,6 +146,8 @@ def _reports_only(module: cst.Module, fn: cst.FunctionDef, passed: int) -> bool:
                 return False
             declared |= names
     locals_, loggers = _locals(fn) - declared, _loggers(module)
+    if (_BUILTINS_OK | {"print"}) & (locals_ | set().union(*map(_bound_at_top, module.body))):
+        return False  # a builtin it calls is another function here
     if not all(_fixed_global(module, name) for name in _loaded(fn) - locals_ - own):
         return False
     for n in walk(fn.body):
