@@ -9,6 +9,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from gbfix import generated
@@ -24,7 +25,12 @@ RESULT, OUTPUTS, STDOUT, STDERR = "result.json", "outputs.pt", "stdout", "stderr
 
 
 class RunFailed(Exception):
-    """One run of the entry did not complete; ``str()`` is a one-line reason."""
+    """One run of the entry did not complete; ``str()`` is a one-line reason, ``breaks``
+    the graph breaks the run saw before it failed."""
+
+    def __init__(self, reason: str, breaks: tuple[Break, ...] = ()) -> None:
+        super().__init__(reason)
+        self.breaks = breaks
 
 
 def _tail(path: Path) -> str:
@@ -172,12 +178,25 @@ class Prober:
         self.started = [p for p in self.started if not p.collected] + [pending]
         return pending
 
-    def baseline(self) -> RunResult:
-        """The first run of the unmodified program: any failure here is the user's to fix."""
+    def baseline(self, uncompiled_fallback: bool = False) -> RunResult:
+        """The first run of the unmodified program: a failure here is the user's to fix.
+        ``uncompiled_fallback``: unless the program fails only under torch.compile, after graph breaks (Dynamo
+        mistraces the code around one: an f-string with a `.item()` field, in torch 2.13
+        and 2.15). Then the baseline is the run without compile, with the compiled run's
+        breaks: an edit that removes the break the failure comes from is verified against
+        what the program does uncompiled (``RunResult.compile_failure``)."""
         try:
             return self.run()
         except RunFailed as e:
-            raise EntryError(f"the entry `{self.entry.text}` failed: {e}") from None
+            failed = e
+        if uncompiled_fallback and failed.breaks:
+            try:
+                plain = self.run(backend="none")
+            except RunFailed:
+                pass
+            else:
+                return replace(plain, breaks=failed.breaks, compile_failure=str(failed))
+        raise EntryError(f"the entry `{self.entry.text}` failed: {failed}")
 
 
 MEMORY_ENV = "GBFIX_MEMORY_LIMIT"
@@ -288,7 +307,7 @@ class Pending:
             raise RunFailed(f"exit code {rc}" + (f": {last}" if last else ""))
         data = json.loads(result_path.read_text(encoding="utf-8"))
         if data["error"]:
-            raise RunFailed(data["error"])
+            raise RunFailed(data["error"], tuple(Break.from_json(b) for b in data["breaks"]))
         return RunResult(
             breaks=tuple(Break.from_json(b) for b in data["breaks"]),
             stdout=(self.rundir / STDOUT).read_text(encoding="utf-8", errors="replace"),

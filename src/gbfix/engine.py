@@ -210,7 +210,7 @@ class _Session:
             diff = behaviour_diff(expected, result, tolerate, self.noise or Noise())
             if diff is None or self.matches_uncompiled(result, tolerate):
                 return result, ""
-            if self.own_reference is not None:
+            if self.own_reference is not None or self.baseline.compile_failure:
                 return None, f"on its own backend, {diff}"
             self.progress("running the original on its own backend for reference")
             try:
@@ -367,7 +367,8 @@ class _Session:
             if self.matches_uncompiled(result, tolerate):
                 return None
             self.progress("the trial differs: running the original again, to tell changes from run-to-run noise")
-            pending = self.prober.start(baseline=self.baseline.outputs_path)
+            # the original again, as the baseline ran it (uncompiled where it fails compiled)
+            pending = self.prober.start(baseline=self.baseline.outputs_path, backend="none" if self.baseline.compile_failure else "eager")
             try:
                 again = pending.result()
             except RunFailed as e:
@@ -638,7 +639,12 @@ class _Session:
     def run(self) -> Result:
         started = time.perf_counter()
         self.progress(f"baseline run of `{self.entry.text}`")
-        self.baseline = self.prober.baseline()
+        self.baseline = self.prober.baseline(uncompiled_fallback=True)
+        if self.baseline.compile_failure:
+            self.notes.append(
+                f"`{self.entry.text}` fails under torch.compile as it is ({self.baseline.compile_failure}) and runs"
+                " without it: gbfix compared its edits with the run without compile"
+            )
         self.prober.one_at_a_time = bool(self.baseline.wrote)
         # When every torch.compile call already uses the eager backend, an
         # own-backend run would only repeat a trial run.
@@ -663,6 +669,11 @@ class _Session:
         proven = self.prove_fullgraph(run) if self.opts.fullgraph else None
         warm = self.prove_zero_recompiles(run) if self.opts.zero_recompiles else None
         fixed = {p: s.data for p, s in self.current.items() if s.data != self.originals[p].data}
+        if self.baseline.compile_failure and not fixed:
+            raise EntryError(
+                f"the entry `{self.entry.text}` failed: {self.baseline.compile_failure} (under torch.compile; without it"
+                " the program runs, and no edit gbfix verified makes it run compiled)"
+            )
         fixed |= generated.complete(fixed)  # the packages' generated modules: new, or extended
         final = run.recompiles if run is not self.baseline else None
         findings = tuple(recompiles.merge(self.findings(run, caps), self.baseline.recompiles, self.originals, final, self.recompile_left))

@@ -222,6 +222,9 @@ class RunResult:
     # With ``no_recompiles``: "" when the second pass under fail_on_recompile compiled nothing,
     # else why not (the recompile that failed it, or why it could not run); None: not asked.
     recompile_proof: str | None = None
+    # A baseline only: why the program failed under torch.compile, where it runs without it
+    # (this run is that uncompiled one, with the breaks the compiled run saw before it failed).
+    compile_failure: str | None = None
 
 
 @dataclass(frozen=True)
