@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from gbfix.entry import Entry
     from gbfix.sources import SourceFile
 
-FORMAT = 1  # bump when what a cached result holds changes shape
+FORMAT = 2  # bump when what a cached result holds changes shape
 KEEP = 64  # results kept; the least recently used go first
 _ENV_PREFIXES = ("TORCH", "PYTORCH", "CUDA", "OMP_", "MKL_", "PYTHON", "LD_")
 T = TypeVar("T")
