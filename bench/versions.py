@@ -63,6 +63,8 @@ SUBSET = [
     "tests/test_cli_apply.py",
     "tests/test_fullgraph.py",
     "tests/test_compound.py",
+    "tests/recipes/test_report_function.py",
+    "tests/test_compile_failure.py",
 ]
 
 
