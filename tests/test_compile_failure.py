@@ -4,7 +4,8 @@ and says so; with no edit that makes it run compiled, the entry's failure is the
 
 train.py logs `f"step {step}: loss={loss.item():.4f}"` in a compiled step: torch 2.13 (and
 2.15, otherwise) fails in the resume function after the `.item()` break. unfixable.py
-builds that text into a list the program prints: no recipe removes that break.
+builds that text into a list the program prints: no recipe removes that break (torch 2.13
+fails on it; 2.15 compiles it, and the test is skipped there).
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ def test_edits_verified_against_the_run_without_compile(fixed):
 
 def test_no_edit_that_makes_it_run_compiled_is_the_entrys_failure(tmp_path: Path):
     shutil.copytree(FIXTURE, tmp_path, dirs_exist_ok=True)
+    if _run(tmp_path, "unfixable.py").returncode == 0:
+        pytest.skip("this torch compiles unfixable.py (2.15 does; 2.13 fails on it)")
     with pytest.raises(EntryError, match=r"failed: .*\(under torch\.compile; without it the program runs, and no edit"):
         engine.fix([tmp_path / "unfixable.py"], parse_entry("python unfixable.py", tmp_path), engine.Options())
     assert (tmp_path / "unfixable.py").read_bytes() == (FIXTURE / "unfixable.py").read_bytes()
