@@ -641,6 +641,7 @@ class _Session:
         self.progress(f"baseline run of `{self.entry.text}`")
         self.baseline = self.prober.baseline(uncompiled_fallback=True)
         if self.baseline.compile_failure:
+            self.uncompiled = self.baseline  # the uncompiled reference already: not run again
             self.notes.append(
                 f"`{self.entry.text}` fails under torch.compile as it is ({self.baseline.compile_failure}) and runs"
                 " without it: gbfix compared its edits with the run without compile"
