@@ -536,6 +536,39 @@ CHECKED_CASES = {
         "h.abs().amax() > 1",
         "def f(h, w):\n    return gbfix_where(h.abs().amax() > 1, h @ w, h)\n",
     ),
+    "a padding bias in a temporary, cast and viewed": (
+        """
+        def f(scores, attention_mask):
+            if (attention_mask == 0).any():
+                pad = (1.0 - attention_mask[:, None, None, :].float()) * -1e4
+                scores = scores + pad
+            return scores
+        """,
+        "(attention_mask == 0).any()",
+        """
+        def f(scores, attention_mask):
+            pad = (1.0 - attention_mask[:, None, None, :].float()) * -1e4
+            scores = gbfix_where((attention_mask == 0).any(), scores + pad, scores)
+            return scores
+        """,
+    ),
+    "a static part stays an if; the temporary reads a dtype's limits": (
+        """
+        def f(h, attention_mask):
+            if attention_mask is not None and not attention_mask.all():
+                pad = (1.0 - attention_mask.to(h.dtype)) * torch.finfo(h.dtype).min
+                h = h + pad
+            return h
+        """,
+        "not attention_mask.all()",
+        """
+        def f(h, attention_mask):
+            if attention_mask is not None:
+                pad = (1.0 - attention_mask.to(h.dtype)) * torch.finfo(h.dtype).min
+                h = gbfix_where(torch.logical_not(attention_mask.all()), h + pad, h)
+            return h
+        """,
+    ),
 }
 
 
@@ -1226,7 +1259,7 @@ STEPS_CASES = {
         def f(h, ref):
             h = torch.tanh(h)
             if h.abs().max() > 0.5:
-                s = ref.max().detach()
+                s = ref.mean().detach()
                 h = h * s
             return h
         """,
@@ -1234,7 +1267,7 @@ STEPS_CASES = {
         """
         def f(h, ref):
             h = torch.tanh(h)
-            s = ref.max().detach()
+            s = ref.mean().detach()
             h = torch.where(h.abs().max() > 0.5, h * s, h)
             return h
         """,
@@ -1255,6 +1288,10 @@ STEPS_DECLINES = {
     "temporary from a random draw": "if x.sum() > 0:\n        s = torch.rand(())\n        x = x * s",
     "only temporaries": "if x.sum() > 0:\n        s = x.max()\n        t = s * 2",
     "a statement that is not an assignment": "if x.sum() > 0:\n        x = x * 2\n        log(x)",
+    # `x.any()` is false for an empty x: the temporary would now fail there
+    "temporary that fails on an empty tensor": "if x.sum() > 0:\n        s = x.amax()\n        x = x * s",
+    "temporary picking a first element": "if x.sum() > 0:\n        s = x[0]\n        x = x * s",
+    "temporary indexed by data": "if x.sum() > 0:\n        s = x[x > 0].mean()\n        x = x * s",
 }
 
 

@@ -57,6 +57,7 @@ from gbfix.recipes.vocabulary import (
     FULL_REDUCTIONS,
     PREDICATES,
     SHAPE_VIEWS,
+    TUPLE_WITH_DIM,
     words,
 )
 
@@ -716,6 +717,7 @@ def _python_number(ctx: SiteContext, expr: cst.BaseExpression, scope: cst.CSTNod
 _GRAD_SAFE_CALLS = (
     frozenset(_ELEMENTWISE) | frozenset(_LIKE) | SHAPE_VIEWS | CASTS | _BOOL_CALLS
     | words("unbind split chunk movedim swapaxes sum mean max min amax amin nansum softmax where zeros ones full matmul")
+    | words("finfo iinfo")  # limits of a dtype: numbers, no derivative
 )
 
 
@@ -729,8 +731,8 @@ def _tensor_arm(expr: cst.BaseExpression, scope: cst.CSTNode) -> bool:
         if tensor_evidence(name, scope):
             return True
         bound = [a.value for a in nodes(scope, cst.Assign) if any(name_of(t.target) == name for t in a.targets)]
-        if any(_tensor_call(v, scope) for v in bound):
-            return True
+        if any(_tensor_call(v, scope) or _used_as_tensors(v) - {"self"} for v in bound):
+            return True  # `pad = (1.0 - m.float()) * big`: arithmetic on a tensor method's result
     return False
 
 
@@ -815,10 +817,25 @@ def _name_assigns(suite: cst.BaseSuite, augmented: bool = False) -> list[cst.Ass
     return out
 
 
-def _gradient_safe(expr: cst.BaseExpression) -> bool:
-    """A value torch.where's unselected arm may be computed from: a number, a 0-dim
-    reduction or an elementwise map without a singular derivative (see ``_like``)."""
-    return _scalar(expr) or bool(_like(expr))
+# What may fail where an `if`'s tensor test is false: reductions without an identity and
+# picks of one element (`t.any()` is false for an empty t), a move to a GPU.
+_FAILS_WHERE_FALSE = TUPLE_WITH_DIM | words("amax amin argmax argmin select narrow cuda")
+
+
+def _temporary_safe(expr: cst.BaseExpression) -> bool:
+    """A temporary of an arm, now computed whatever the test: it may neither raise
+    where the test is false nor bring a singular derivative into torch.where's
+    unselected arm (``_grad_safe``): maps, casts and views of tensors and numbers
+    (`pad = (1.0 - m[:, None].float()) * torch.finfo(x.dtype).min`), with no
+    reduction that fails on an empty tensor and no subscript but slices, None and
+    `...` (an index from data, or a first element, may not exist there)."""
+    if not _grad_safe(expr) or contains(expr, cst.Call, lambda c: called(c)[1] in _FAILS_WHERE_FALSE):
+        return False
+    return all(
+        isinstance(e.slice, cst.Slice) or isinstance(e.slice.value, cst.Ellipsis) or name_of(e.slice.value) == "None"
+        for s in nodes(expr, cst.Subscript)
+        for e in s.slice
+    )
 
 
 class BranchToWhere(BranchRecipe):
@@ -926,8 +943,13 @@ def _where_steps(
         if target in temps or not bound_before(ctx, target, node):
             # now bound whatever the test: only the arm may read it, and computing it must be harmless
             unbound_read = target not in temps and target in variable_names(value)  # `s += 1` with no s yet
-            if target in outside or unbound_read or not pure(value) or not _gradient_safe(value):
+            if target in outside or unbound_read:
                 return None
+            if not (pure(value) and _temporary_safe(value)):
+                raise Decline(
+                    f"`{target} = {ctx.code(value)}` would run whatever the test: it may have effects, fail"
+                    " where the test is false (an empty tensor, an index from data) or have a singular derivative"
+                )
             if not all(n in temps or bound_before(ctx, n, node) for n in variable_names(value)):
                 return None
             temps.add(target)
