@@ -646,3 +646,68 @@ def test_declines_a_value_passed_to_another_function_saying_so(body, passed):
 )
 def test_other_declines_do_not_blame_a_call(body):
     assert "is passed to" not in (_declined(fn(body), "t.item()") or "")
+
+
+# ---- max/min of the read and a literal: a clamp ----
+
+
+@pytest.mark.parametrize(
+    "body, read, expected",
+    [
+        # a count that divides, kept an integer tensor (1 is exact in any dtype)
+        ("return x / max(t.item(), 1)", "t.item()", "return x / t.detach().reshape(()).clamp(min=1)\n"),
+        ("return x / max(int(m.long().sum()), 1)", "int(m.long().sum())", "return x / m.long().sum().detach().clamp(min=1)\n"),
+        # a float literal: in float64, as Python compares
+        (
+            "s = max(t.abs().max().item(), 1.0)\nreturn x.clamp(-s, s) / s",
+            "t.abs().max().item()",
+            "s = t.abs().max().detach().double().clamp(min=1.0)\n",
+        ),
+        # arithmetic inside, and a min
+        ("return x * min(t.item() * 2, 1.5)", "t.item()", "return x * (t.detach().reshape(()).double() * 2).clamp(max=1.5)\n"),
+    ],
+)
+def test_max_min_with_a_literal_become_clamps(body, read, expected):
+    assert expected in at(fn(body, "x: torch.Tensor, t: torch.Tensor, m: torch.Tensor, k: float"), read)
+
+
+@pytest.mark.parametrize(
+    "body, read",
+    [
+        ("return x / max(1, t.item())", "t.item()"),  # the literal first: max(1, nan) is 1, clamp gives nan
+        ("return x / max(t.item(), 0)", "t.item()"),  # max(-0.0, 0) is -0.0
+        ("return x / max(t.item(), k)", "t.item()"),  # k may be nan or 0
+        ("return x / max(t.item(), 1, 2)", "t.item()"),
+        ("max = lambda a, b: a\nreturn x / max(t.item(), 1)", "t.item()"),  # not the builtin
+        ("s = max(t.item(), 1)\nprint(s)\nreturn x / s", "t.item()"),  # a use no tensor op takes
+    ],
+)
+def test_max_min_declines(body, read):
+    assert at(fn(body, "x: torch.Tensor, t: torch.Tensor, m: torch.Tensor, k: float"), read) is None
+
+
+@pytest.mark.parametrize(
+    "body, read, expected",
+    [
+        # the read rebinds the name it reads (Imagen's dynamic threshold)
+        (
+            "s = torch.quantile(t.abs(), 0.9)\ns = max(s.max().item(), 1.0)\nreturn x.clamp(-s, s) / s",
+            "s.max().item()",
+            "s = s.max().detach().double().clamp(min=1.0)\n",
+        ),
+        ("n = t.sum(0)\nn = n.sum().item()\nreturn x / n", "n.sum().item()", "n = n.sum().detach()\n"),
+    ],
+)
+def test_a_read_that_rebinds_its_name(body, read, expected):
+    assert expected in at(fn(body), read)
+
+
+@pytest.mark.parametrize(
+    "body, read",
+    [
+        ("s = t.sum().item()\ns = 2.0\nreturn x / s", "t.sum().item()"),  # bound again after the read
+        ("for _ in range(2):\n    s = t.abs()\n    s = s.sum().item()\n    x = x / s\nreturn x", "s.sum().item()"),  # a loop
+    ],
+)
+def test_a_read_that_rebinds_its_name_declines(body, read):
+    assert at(fn(body), read) is None

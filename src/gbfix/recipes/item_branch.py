@@ -41,6 +41,7 @@ class ItemThenWhere(ItemToTensor):
     safety = "safe"
     summary = "keep a scalar read by .item() a 0-dim tensor, and the `if` that tests it a torch.where"
     rule = "GB0124"
+    clamps = False  # its rewrite replaces the read alone
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
         self._tests: list[cst.BaseExpression] = []

@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from typing import cast
 
 import libcst as cst
-from libcst.metadata import Assignment, FunctionScope, QualifiedNameSource
+from libcst.metadata import Access, Assignment, FunctionScope, QualifiedNameSource
 
 from gbfix.recipes.analysis import COMPARISONS
 from gbfix.recipes.base import Decline, Recipe, Replacement, SiteContext
@@ -123,6 +123,60 @@ def _number(expr: cst.BaseExpression) -> float | int | None:
     if isinstance(expr, (cst.Integer, cst.Float)):
         return sign * expr.evaluated_value
     return None
+
+
+def _clamp_bound(f: _Facts, call: cst.CSTNode | None, value: cst.BaseExpression) -> float | int | None:
+    """``c`` when ``call`` is the builtin `max(value, c)` or `min(value, c)` with a literal ``c``."""
+    if not isinstance(call, cst.Call) or not isinstance(call.func, cst.Name) or call.func.value not in ("max", "min"):
+        return None
+    if len(call.args) != 2 or any(a.keyword is not None or a.star for a in call.args) or call.args[0].value is not value:
+        return None
+    scope = f.scopes.get(call.func)
+    if scope is None or {q.name for q in scope.get_qualified_names_for(call.func)} != {f"builtins.{call.func.value}"}:
+        return None
+    return _number(call.args[1].value)
+
+
+def _last_binding_uses(f: _Facts, assign: cst.Assign, target: cst.Name, scope: FunctionScope) -> list[Access] | None:
+    """The reads of ``target`` that see this assignment's value: all of them when it is the
+    name's one binding in the function; when it rebinds the name (`s = max(s.max().item(), 1.0)`
+    after `s = torch.quantile(...)`), the reads after it, provided every other binding comes
+    before it and no loop encloses it (so no read after it sees another value). None otherwise."""
+    bound = scope.assignments[target.value]
+    if len(bound) == 1:
+        return list(next(iter(bound)).references)
+    end = f.ctx.file.span(assign)[1]
+    if any(not isinstance(b, Assignment) or f.ctx.file.span(b.node)[1] >= f.ctx.file.span(target)[0] for b in bound if b.node is not target):
+        return None
+    fn = f.ctx.enclosing(cst.FunctionDef, node=assign)
+    for anc in f.ctx.ancestors(assign):
+        if anc is fn:
+            break
+        if isinstance(anc, (cst.For, cst.While)):
+            return None
+    mine = next(b for b in bound if b.node is target)
+    return [r for r in mine.references if f.ctx.file.span(r.node)[0] > end]
+
+
+class _Clamp(cst.CSTTransformer):
+    """The read replaced, and each `max(v, c)` / `min(v, c)` around it made `v.clamp(min=c)` / `v.clamp(max=c)`."""
+
+    def __init__(self, read: cst.Call, new: cst.BaseExpression, clamps: list[cst.Call]) -> None:
+        super().__init__()
+        self.read, self.new, self.clamps = read, new, {id(c) for c in clamps}
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if original is self.read:
+            return self.new
+        if id(original) not in self.clamps:
+            return updated
+        value, bound = updated.args[0].value, updated.args[1].value
+        if not isinstance(value, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) and not value.lpar:
+            value = value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        side = "min" if cast(cst.Name, original.func).value == "max" else "max"
+        arg = cst.Arg(bound, keyword=cst.Name(side), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+        clamp = cst.Call(cst.Attribute(value, cst.Name("clamp")), [arg])
+        return clamp.with_changes(lpar=updated.lpar, rpar=updated.rpar)
 
 
 def _dotted(expr: cst.BaseExpression) -> bool:
@@ -612,6 +666,7 @@ class ItemToTensor(Recipe):
     safety = "safe"
     summary = "keep a scalar read by .item()/float()/int() as a 0-dim tensor: it only feeds tensor arithmetic"
     rule = "GB0124"
+    clamps = True  # `max(v, c)` around the read becomes `.clamp(min=c)` (its rewrite replaces that call)
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
         self._new: cst.BaseExpression | None = None
@@ -620,7 +675,8 @@ class ItemToTensor(Recipe):
         if read is None:
             return None
         call, source, is_float = read
-        climbed = self._climb(f, call, is_float)
+        self._clamps: list[cst.Call] = []
+        climbed = self._climb(f, call, is_float, self._clamps if self.clamps else None)
         if climbed is None:
             return None
         int_read = not is_float and f.dtype(source) == "int"
@@ -651,10 +707,13 @@ class ItemToTensor(Recipe):
             call, source, zero_dim=f.zero_dim(source), double=chained or self.double_for(partners),
             snapshot=not (f.fresh(source) or quiet),
         )
-        return call
+        self._read_call = call
+        return self._clamps[-1] if self._clamps else call
 
     def rewrite(self, node: cst.CSTNode) -> Replacement | None:
-        return self._new
+        if not self._clamps:
+            return self._new
+        return node.visit(_Clamp(self._read_call, self._new, self._clamps))
 
     # ---- the read ----
 
@@ -686,16 +745,37 @@ class ItemToTensor(Recipe):
     # ---- where the value goes ----
 
     @staticmethod
-    def _climb(f: _Facts, node: cst.BaseExpression, is_float: bool) -> tuple[cst.BaseExpression, bool, bool] | None:
+    def _climb(
+        f: _Facts, node: cst.BaseExpression, is_float: bool, clamps: list[cst.Call] | None = None
+    ) -> tuple[cst.BaseExpression, bool, bool] | None:
         """Follow the value through arithmetic with numeric literals (`s + 1e-6`, `-s`) and
         with parameters annotated int/float/bool (`s * scale`, no division by one):
         (the outermost such expression, whether there was any, whether Python's value is a
         float by then), or None to decline. The rewrite runs that arithmetic in float64,
         which matches Python's float (and int, below 2**53) arithmetic bit for bit, except
-        that a Python int 0 negated stays +0 where float64 gives -0."""
+        that a Python int 0 negated stays +0 where float64 gives -0.
+
+        With ``clamps``, also through `max(v, c)` / `min(v, c)` with a literal ``c``
+        (appended there, for the rewrite to make `v.clamp(min=c)` / `v.clamp(max=c)`):
+        Python returns ``v`` unless ``c`` is beyond it, NaN ``v`` included, as clamp
+        does. The value first only (`max(c, v)` returns ``c`` for a NaN ``v``); not 0
+        (`max(-0.0, 0)` is -0.0, which clamp need not keep). Clamping is monotonic, so
+        it is exact in the read's dtype when its result meets a tensor; a float literal
+        (not a number of an integer dtype) or more arithmetic runs it in float64."""
         chained = False
         while True:
             up = f.parent(node)
+            around = f.parent(up) if clamps is not None and isinstance(up, cst.Arg) else None
+            bound = _clamp_bound(f, around, node)
+            if bound is not None:
+                if bound == 0:
+                    return None
+                assert clamps is not None and isinstance(around, cst.Call)
+                clamps.append(around)
+                chained = chained or isinstance(bound, float)
+                is_float = is_float or isinstance(bound, float)
+                node = around
+                continue
             if isinstance(up, cst.UnaryOperation) and isinstance(up.operator, cst.Minus):
                 if not is_float:
                     return None
@@ -805,12 +885,11 @@ class ItemToTensor(Recipe):
         scope = f.scopes.get(target)
         if not isinstance(scope, FunctionScope):
             return None
-        bound = scope.assignments[target.value]
-        if len(bound) != 1:  # any other binding could put a Python number back under the name
+        references = _last_binding_uses(f, assign, target, scope)
+        if references is None:  # another binding could put a Python number back under the name
             return None
-        (assignment,) = bound
         uses: list[tuple[cst.Name, bool, str]] = []
-        for ref in assignment.references:
+        for ref in references:
             climbed = self._climb(f, ref.node, is_float) if isinstance(ref.node, cst.Name) else None
             partner = None if climbed is None else self._feeds_tensor(f, climbed[0])
             if partner is None and isinstance(ref.node, cst.Name):
