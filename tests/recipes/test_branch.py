@@ -536,6 +536,53 @@ CHECKED_CASES = {
         "h.abs().amax() > 1",
         "def f(h, w):\n    return gbfix_where(h.abs().amax() > 1, h @ w, h)\n",
     ),
+    "an if/else whose arm divides by a count: the divisor is selected": (
+        """
+        def f(loss, valid):
+            if valid.any():
+                loss = (loss * valid).sum() / valid.sum()
+            else:
+                loss = loss.sum() * 0.0
+            return loss
+        """,
+        "valid.any()",
+        """
+        def f(loss, valid):
+            loss = gbfix_where(
+                valid.any(),
+                (loss * valid).sum() / torch.where(valid.any(), valid.sum(), 1),
+                loss.sum() * 0.0,
+            )
+            return loss
+        """,
+    ),
+    "a method's if/else under a Python part, dividing by a norm": (
+        """
+        class Clip:
+            def scale(self, grad, norm):
+                grad = grad.detach()
+                if self.training and norm > self.max_norm:
+                    grad = grad * self.max_norm / norm
+                else:
+                    grad = grad.clone()
+                return grad
+        """,
+        "norm > self.max_norm",
+        """
+        class Clip:
+            def scale(self, grad, norm):
+                grad = grad.detach()
+                if self.training:
+                    grad = gbfix_where(
+                        norm > self.max_norm,
+                        grad * self.max_norm / torch.where(norm > self.max_norm, norm, 1),
+                        grad.clone(),
+                    )
+                else:
+                    grad = grad.clone()
+                return grad
+        """,
+    ),
     "a padding bias in a temporary, cast and viewed": (
         """
         def f(scores, attention_mask):

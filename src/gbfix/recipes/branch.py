@@ -858,16 +858,8 @@ class BranchToWhere(BranchRecipe):
             return None
         node, test = found
         if isinstance(node, cst.IfExp):
-            a, b = node.body, node.orelse
-            # `s / n if n > 0 else z`: the arm divides by torch.where(c, n, 1), as `x = x / n` does
-            d = _unsafe_divisor(a) if pure(test.tensor) else None
-            if d is not None:
-                a = cast(cst.BinaryOperation, a)
-                why, _ = _where_why(ctx, node, a.with_changes(operator=cst.Multiply()), b, in_place=self.in_place)
-                # the checked select, always: an int left side over 1 is a float
-                a, func = a.with_changes(right=make_call("torch.where", _bare(test.tensor), _bare(d), cst.Integer("1"))), WHERE.name
-            else:
-                why, func = _where_why(ctx, node, a, b, in_place=self.in_place)
+            why, func, a = _select_arm(ctx, node, test, node.body, node.orelse, self.in_place)
+            b = node.orelse
             if why:
                 raise Decline(why)
             where: cst.BaseExpression = make_call(func, test.tensor, a, b)
@@ -896,13 +888,13 @@ class BranchToWhere(BranchRecipe):
             other = _else_value(ctx, node, target)
             if other is None or mutated(scope_of(ctx, node), target, augmented=not self.in_place):
                 return None
-            why, func = _where_why(ctx, node, assign.value, other, in_place=self.in_place)
+            why, func, value = _select_arm(ctx, node, test, assign.value, other, self.in_place)
             if why:
                 raise Decline(why)
             if func != "torch.where":  # the `elif` chain's selects are checked too
                 other = _else_value(ctx, node, target, func)
             smalls: list[cst.BaseSmallStatement] | None = [
-                assign.with_changes(value=make_call(func, test.tensor, assign.value, other))
+                assign.with_changes(value=make_call(func, test.tensor, value, other))
             ]
         else:
             smalls = _where_steps(ctx, node, test, assigns, self.in_place)
@@ -919,6 +911,23 @@ class BranchToWhere(BranchRecipe):
                 raise Decline(f"the module binds {WHERE.name} to something else")
             self.need_helper(WHERE.name, WHERE.code)
         return plan
+
+
+def _select_arm(
+    ctx: SiteContext, node: cst.CSTNode, test: SplitTest, a: cst.BaseExpression, b: cst.BaseExpression, in_place: bool
+) -> tuple[str | None, str, cst.BaseExpression]:
+    """``_where_why`` for the arms ``a`` and ``b``, and the arm ``a`` to select. An arm that
+    divides by something that may be zero there (`s / n if n > 0 else z`, `if valid.any():
+    loss = loss.sum() / valid.sum() else: ...`) divides by torch.where(c, n, 1), as `x = x / n`
+    does: the same divisor where the test holds, and no 1/0 whose NaN gradient the
+    unselected arm would pass on. Its select is the checked one (an int over 1 is a float)."""
+    d = _unsafe_divisor(a) if pure(test.tensor) else None
+    if d is None:
+        why, func = _where_why(ctx, node, a, b, in_place=in_place)
+        return why, func, a
+    a = cast(cst.BinaryOperation, a)
+    why, _ = _where_why(ctx, node, a.with_changes(operator=cst.Multiply()), b, in_place=in_place)
+    return why, WHERE.name, a.with_changes(right=make_call("torch.where", _bare(test.tensor), _bare(d), cst.Integer("1")))
 
 
 def _where_steps(
