@@ -93,20 +93,6 @@ def test_rule_not_fixed():
 # ---------------------------------------------------------------- branch-to-where
 
 WHERE_CASES = {
-    "mask fallback": (
-        """
-        def f(mask):
-            if mask.sum() == 0:
-                mask = torch.ones_like(mask)
-            return mask
-        """,
-        "mask.sum() == 0",
-        """
-        def f(mask):
-            mask = torch.where(mask.sum() == 0, torch.ones_like(mask), mask)
-            return mask
-        """,
-    ),
     "if/else, one-line suite": (
         """
         def f(x, t):
@@ -581,6 +567,22 @@ CHECKED_CASES = {
                 else:
                     grad = grad.clone()
                 return grad
+        """,
+    ),
+    # ones_like(mask) never requires grad: torch.where would where mask did (a float mask
+    # with grad), so the select is the checked one
+    "mask fallback": (
+        """
+        def f(mask):
+            if mask.sum() == 0:
+                mask = torch.ones_like(mask)
+            return mask
+        """,
+        "mask.sum() == 0",
+        """
+        def f(mask):
+            mask = gbfix_where(mask.sum() == 0, torch.ones_like(mask), mask)
+            return mask
         """,
     ),
     "a padding bias in a temporary, cast and viewed": (
@@ -1067,7 +1069,7 @@ MIXED_CASES = {
         """
         def f(x, mask):
             if mask is not None:
-                x = torch.where((mask == 0).all(), torch.zeros_like(x), x)
+                x = gbfix_where((mask == 0).all(), torch.zeros_like(x), x)
             return x
         """,
     ),
@@ -1191,7 +1193,7 @@ MIXED_CASES = {
 @pytest.mark.parametrize("case", MIXED_CASES)
 def test_mixed_python_and_tensor_test(case):
     source, fragment, recipe, expected = MIXED_CASES[case]
-    assert fix(source, recipe, fragment) == body(expected)
+    assert fix(source, recipe, fragment) == (with_where(expected) if "gbfix_where" in expected else body(expected))
 
 
 MIXED_DECLINES = {

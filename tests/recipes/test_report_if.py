@@ -712,7 +712,7 @@ def test_reports_beside_updates_declined(pkg):
             x = x + 1
         return x
     """
-    assert "the `if` does more than report: `x = x + 1`" in _declined(body, "m.any()", pkg)
+    assert "`x + 1` or `x` shows no sign of a tensor" in _declined(body, "m.any()", pkg)
     # under `if P:` each report tests where it stands: one after an update of what the test reads
     body = """
     def f(x, on: bool):
@@ -732,6 +732,135 @@ def test_reports_beside_updates_declined(pkg):
         return x
     """
     assert "the `if` does more than report: `x = x.masked_fill(m, 0.0)`" in _declined(body, "not m.any()", pkg)
+
+
+# Other assignments beside the reports, in an `if` without `else:`: each a select by the
+# bound test, as branch-to-where writes an arm of assignments.
+SELECTS = {
+    "a log record, then the loss zeroed (a skip-step guard)": (
+        """
+        def check_finite(loss):
+            if not torch.isfinite(loss):
+                logger.warning("non-finite loss %s, skipping", loss.item())
+                loss = torch.zeros_like(loss)
+            return loss
+        """,
+        "not torch.isfinite(loss)",
+        "gbfix_log_if, gbfix_where",
+        """
+        def check_finite(loss):
+            pred = torch.logical_not(torch.isfinite(loss))
+            gbfix_log_if(
+                pred,
+                logger,
+                "warning",
+                "non-finite loss %s, skipping",
+                loss,
+                cast={1: "item"},
+            )
+            loss = gbfix_where(pred, torch.zeros_like(loss), loss)
+            return loss
+        """,
+    ),
+    "a warning, then a clip through a temporary": (
+        """
+        def clip(grads, max_norm: float):
+            norm = grads.norm()
+            if norm > max_norm:
+                warnings.warn("clipping gradients")
+                coef = max_norm / (norm + 1e-6)
+                grads = grads * coef
+            return grads
+        """,
+        "norm > max_norm",
+        "gbfix_warn_if",
+        """
+        def clip(grads, max_norm: float):
+            norm = grads.norm()
+            pred = norm > max_norm
+            gbfix_warn_if(pred, "clipping gradients")
+            coef = max_norm / (norm + 1e-6)
+            grads = torch.where(pred, grads * coef, grads)
+            return grads
+        """,
+    ),
+    "a method: the update first, then a print of the updated value": (
+        """
+        class Guard(torch.nn.Module):
+            def forward(self, h):
+                if torch.isnan(h).any():
+                    h = torch.nan_to_num(h, nan=0.0)
+                    print(f"replaced NaNs, sum {h.sum().item():.3f}")
+                return h
+        """,
+        "torch.isnan(h).any()",
+        "gbfix_print_if",
+        """
+        class Guard(torch.nn.Module):
+            def forward(self, h):
+                pred = torch.isnan(h).any()
+                h = torch.where(pred, torch.nan_to_num(h, nan=0.0), h)
+                gbfix_print_if(pred, "replaced NaNs, sum {:.3f}", h.sum(), cast={0: "item"})
+                return h
+        """,
+    ),
+    "a scale that may be a tensor: the checked select": (
+        """
+        def damp(h, scale):
+            if h.abs().max() > 1e4:
+                print("damping")
+                h = h * scale
+            return h
+        """,
+        "h.abs().max() > 1e4",
+        "gbfix_print_if, gbfix_where",
+        """
+        def damp(h, scale):
+            pred = h.abs().max() > 1e4
+            gbfix_print_if(pred, "damping")
+            h = gbfix_where(pred, h * scale, h)
+            return h
+        """,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", SELECTS)
+def test_reports_beside_assignments_that_become_selects(case, pkg):
+    before, needle, helpers, after = SELECTS[case]
+    assert _rewrite(before, needle, pkg) == _expect(helpers, after)
+
+
+def test_reports_beside_assignments_declined(pkg):
+    # after a Python part of the test, the reports stay under `if P:`, unbound
+    body = """
+    def f(loss, on: bool):
+        if on and not torch.isfinite(loss):
+            print("skip")
+            loss = torch.zeros_like(loss)
+        return loss
+    """
+    assert "an assignment beside the report, after a Python part of the test" in _declined(body, "not torch.isfinite(loss)", pkg)
+    # an `else:`
+    body = """
+    def f(loss):
+        if not torch.isfinite(loss):
+            print("skip")
+            loss = torch.zeros_like(loss)
+        else:
+            loss = loss * 2
+        return loss
+    """
+    assert "the `if` does more than report: `loss = torch.zeros_like(loss)`" in _declined(body, "not torch.isfinite(loss)", pkg)
+    # a random draw, which torch.where would make on both paths
+    body = """
+    def f(x):
+        if not torch.isfinite(x).all():
+            print("reset")
+            x = torch.randn_like(x)
+        return x
+    """
+    assert "may have effects or draw random numbers" in _declined(body, "not torch.isfinite(x).all()", pkg)
 
 
 def test_a_script_gets_the_helpers():

@@ -665,7 +665,9 @@ def _where_why(
         return number_evidence(ctx, e, scope)
 
     func = WHERE.name
-    if (_same_constructor(a, b) or any(tensor_evidence(root, scope) for root in _like(a, shown) & _like(b, shown))):
+    if (_same_constructor(a, b) or any(tensor_evidence(root, scope) for root in _like(a, shown) & _like(b, shown))) and (
+        _made_without_grad(a) == _made_without_grad(b)
+    ):
         func = "torch.where"
     elif not (_grad_safe(a) and _grad_safe(b)):
         return (
@@ -682,6 +684,17 @@ def _where_why(
     if updated:
         return f"`{updated[0]}` is updated in place: torch.where makes a new tensor", ""
     return None, func
+
+
+def _made_without_grad(expr: cst.BaseExpression) -> bool:
+    """`torch.zeros_like(x)`, `x.new_zeros(...)`, `x.detach()`: a tensor that never requires
+    grad, of x's shape maybe. torch.where with the other arm would require grad where the
+    branch's value did not (a backward that raised would run), so the select is the checked
+    one, which runs the branch as written when the two differ there."""
+    if not isinstance(expr, cst.Call):
+        return False
+    _, name = called(expr)
+    return name in _LIKE or name in ("empty_like", "detach", "new_zeros", "new_ones", "new_full", "new_empty")
 
 
 WHERE = piece("gbfix_where", '''\

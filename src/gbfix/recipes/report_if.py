@@ -36,8 +36,11 @@ an `if` around the rewrite (``SplitTest``).
 The message's values are now evaluated whenever the `if` runs, not only where its test
 holds: each must have no effect and raise no error (``message.risk``): names bound before the
 `if`, attributes, literals, comparisons and `+ - *`, a few total tensor methods (`sum`,
-`any`, `isnan`, ...), or a part of the test itself. Declined: an `elif`, a body or `else:`
-with anything but reports, a Python part of the test after the tensor one (tested first,
+`any`, `isnan`, ...), or a part of the test itself. Besides reports, an `if` without `else:`
+may assign names, as branch-to-where takes an arm of assignments (`if not torch.isfinite(loss):
+logger.warning(...); loss = torch.zeros_like(loss)`): each becomes a select by the test,
+bound first (`pred = ...`), in its place among the reports. Declined: an `elif`, a body or `else:`
+with anything else, a Python part of the test after the tensor one (tested first,
 it would skip the tensor's truth value and its error), a test of several tensor operands
 not each shown to hold one element (``torch.logical_and`` would broadcast them).
 """
@@ -47,8 +50,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 import libcst as cst
+import libcst.matchers as m
 
 from gbfix import generated
 from gbfix.recipes import message, op_helpers
@@ -63,13 +68,16 @@ from gbfix.recipes.analysis import (
     qualified_names,
     scope_of,
     single_binding,
+    taken,
 )
 from gbfix.recipes.base import Decline, Recipe, Replacement, SiteContext
 from gbfix.recipes.branch import (
+    WHERE,
     SplitTest,
     _bare,
     _is_elif,
     _static_value,
+    _where_steps,
     fit,
     fresh,
     general_update,
@@ -141,7 +149,7 @@ class ReportIf(Recipe):
         found = _report_if(ctx)
         if found is None:
             return None
-        if_node, test, calls = found
+        if_node, test, calls, self._selects = found
         if isinstance(if_node.orelse, cst.If):
             raise Decline("an `elif`: its test runs only where the `if`'s does not hold")
         if if_node.orelse is not None and (test.prefix is not None or _is_elif(ctx, if_node)):
@@ -166,6 +174,7 @@ class ReportIf(Recipe):
         self._helpers = list(dict.fromkeys(r.helper for r in reports.values()))
         if not all(helper_fits(ctx, h) for h in self._helpers):
             return None
+        self._selected: dict[int, cst.BaseSmallStatement] = {}
         self._plan = self._layout(ctx, if_node, test, reports)
         if self._torch and not generated.imports_torch(ctx.module):
             raise Decline("the rewrite calls torch.logical_not, and the module does not import torch at module level")
@@ -302,7 +311,11 @@ class ReportIf(Recipe):
         # bound first where it may read what an update changes
         updated = {name_of(sm.targets[0].target) for sm in _smalls(body) if isinstance(sm, cst.Assign)}
         reread = bool(updated & variable_names(test.cond))
-        bind = test.prefix is None and not _is_elif(ctx, if_node) and isinstance(body, cst.IndentedBlock) and (len(reports) > 1 or warns or reread)
+        bind = test.prefix is None and not _is_elif(ctx, if_node) and isinstance(body, cst.IndentedBlock) and (
+            len(reports) > 1 or warns or reread or bool(self._selects)
+        )
+        if self._selects and not bind:
+            raise Decline("an assignment beside the report, after a Python part of the test or on the `if` line")
         if reread and not bind:
             changed: set[str | None] = set()
             for sm in _smalls(body) + (_smalls(orelse.body) if isinstance(orelse, cst.Else) else []):
@@ -328,6 +341,7 @@ class ReportIf(Recipe):
             name = fresh(scope_of(ctx, if_node), "pred", set())
             lines.append(_assign(name, cond, if_node.leading_lines, body.header))
             cond = cst.Name(name)
+            self._selected = self._select(ctx, if_node, replace(test, tensor=cond))
             lines += self._lines(body, cond, reports, column)
         else:  # one print or log record (lines do not matter), or a one-line `if c: <reports>`
             lines += self._lines(body, cond, reports, column)
@@ -355,6 +369,22 @@ class ReportIf(Recipe):
             lines += else_lines
         return lines[0] if len(lines) == 1 else cst.FlattenSentinel(lines)
 
+    def _select(self, ctx: SiteContext, if_node: cst.If, test: SplitTest) -> dict[int, cst.BaseSmallStatement]:
+        """The assignments beside the reports, each a select by the bound test (`loss =
+        torch.where(pred, torch.zeros_like(loss), loss)`), as branch-to-where writes an
+        arm of assignments: by id of the assignment. A report after one reads the
+        selected value, which is the assigned one where the test holds, as before."""
+        if not self._selects:
+            return {}
+        steps = _where_steps(ctx, if_node, test, self._selects, in_place=False)
+        if steps is None or len(steps) != len(self._selects):
+            raise Decline(f"the `if` does more than report: `{ctx.code(self._selects[0]).strip()}`")
+        if any(isinstance(st, cst.Assign) and isinstance(st.value, cst.Call) and name_of(st.value.func) == WHERE.name for st in steps):
+            if taken(ctx, WHERE.name):
+                raise Decline(f"the module binds {WHERE.name} to something else")
+            self._helpers.append(WHERE.name)
+        return {id(a): step for a, step in zip(self._selects, steps)}
+
     def _block(self, suite: cst.BaseSuite, cond: cst.BaseExpression, reports: dict[int, _Report], column: int) -> cst.BaseSuite:
         """``suite`` with each report made conditional, in place."""
         if isinstance(suite, cst.SimpleStatementSuite):  # `if c: <reports>` stays one line
@@ -375,6 +405,8 @@ class ReportIf(Recipe):
     def _small(self, small: cst.BaseSmallStatement, cond: cst.BaseExpression, reports: dict[int, _Report], column: int | None) -> cst.BaseSmallStatement:
         """The conditional call of the report ``small`` makes, laid out one argument a line
         when it is long (not on a one-line `if`: ``column`` None)."""
+        if id(small) in self._selected:
+            return self._selected[id(small)]
         if not (isinstance(small, cst.Expr) and id(small.value) in reports):
             return small  # an update that is the identity where the test is false: as written
         r = reports[id(small.value)]
@@ -413,7 +445,7 @@ def _assign(name: str, value: cst.BaseExpression, leading: tuple[cst.EmptyLine, 
 # --- what the `if` holds --------------------------------------------------------------
 
 
-def _report_if(ctx: SiteContext) -> tuple[cst.If, SplitTest, list[cst.Call]] | None:
+def _report_if(ctx: SiteContext) -> tuple[cst.If, SplitTest, list[cst.Call], list[cst.Assign]] | None:
     """The site's `if`, its test, and the report calls of its arms; None when no arm
     reports; ``Decline`` when an arm does anything else too."""
     found = site_branch(ctx)
@@ -430,13 +462,23 @@ def _report_if(ctx: SiteContext) -> tuple[cst.If, SplitTest, list[cst.Call]] | N
     # besides reports, the body may update a tensor in a way that leaves it as it is where
     # the test is false (`x = x.masked_fill(M, 0)` under `if M.any():`): it then runs always
     updates = {id(sm) for sm in _smalls(if_node.body) if general_update(ctx, if_node, test.cond, sm)}
+    # or any other assignment of a name, in an `if` without `else:`: a torch.where picks
+    # its value (``ReportIf._selects``; branch-to-where's checks)
+    selects = [
+        sm for sm in _smalls(if_node.body)
+        if if_node.orelse is None and id(sm) not in updates and m.matches(sm, m.Assign(targets=[m.AssignTarget(target=m.Name())]))
+    ]
     other = next(
-        (sm for sm in smalls if not (isinstance(sm, cst.Expr) and any(sm.value is c for c in reports)) and id(sm) not in updates), None
+        (
+            sm for sm in smalls
+            if not (isinstance(sm, cst.Expr) and any(sm.value is c for c in reports)) and id(sm) not in updates and sm not in selects
+        ),
+        None,
     )
     if compound is not None or other is not None:
         shown = ctx.code(other).strip() if other is not None else ctx.code(compound).splitlines()[0].strip()
         raise Decline(f"the `if` does more than report: `{shown}`")
-    return if_node, test, reports
+    return if_node, test, reports, cast(list[cst.Assign], selects)
 
 
 def _smalls(suite: cst.BaseSuite) -> list[cst.BaseSmallStatement]:
