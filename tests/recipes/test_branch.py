@@ -585,6 +585,11 @@ CHECKED_CASES = {
             return mask
         """,
     ),
+    "a conditional expression whose other arm divides: its divisor is selected": (
+        "def f(x, n):\n    return x.sum() * 0 if n == 0 else x.sum() / n\n",
+        "n == 0",
+        "def f(x, n):\n    return gbfix_where(n == 0, x.sum() * 0, x.sum() / torch.where(n == 0, 1, n))\n",
+    ),
     "a padding bias in a temporary, cast and viewed": (
         """
         def f(scores, attention_mask):

@@ -840,7 +840,7 @@ def test_reports_beside_assignments_declined(pkg):
             loss = torch.zeros_like(loss)
         return loss
     """
-    assert "an assignment beside the report, after a Python part of the test" in _declined(body, "not torch.isfinite(loss)", pkg)
+    assert "an assignment or a return beside the report, after a Python part of the test" in _declined(body, "not torch.isfinite(loss)", pkg)
     # an `else:`
     body = """
     def f(loss):
@@ -861,6 +861,108 @@ def test_reports_beside_assignments_declined(pkg):
         return x
     """
     assert "may have effects or draw random numbers" in _declined(body, "not torch.isfinite(x).all()", pkg)
+
+
+# `if c: <reports>; return a` + `return b`: one return of a select by the bound test.
+RETURNS = {
+    "a warning, then the old value returned (an EMA that skips NaN input)": (
+        """
+        def ema_update(ema, x, decay: float = 0.99):
+            if torch.isnan(x).any():
+                warnings.warn("NaN in EMA input, skipped")
+                return ema
+            return ema * decay + x * (1 - decay)
+        """,
+        "torch.isnan(x).any()",
+        "gbfix_warn_if, gbfix_where",
+        """
+        def ema_update(ema, x, decay: float = 0.99):
+            pred = torch.isnan(x).any()
+            gbfix_warn_if(pred, "NaN in EMA input, skipped")
+            return gbfix_where(pred, ema, ema * decay + x * (1 - decay))
+        """,
+    ),
+    "a method: a log record with the value, then a zero loss": (
+        """
+        class Loss(torch.nn.Module):
+            def forward(self, pred_y, y):
+                loss = (pred_y - y).pow(2).mean()
+                if not torch.isfinite(loss):
+                    logger.warning("loss is %s, using 0", loss.item())
+                    return torch.zeros_like(loss)
+                # the usual case
+                return loss * self.weight
+        """,
+        "not torch.isfinite(loss)",
+        "gbfix_log_if, gbfix_where",
+        """
+        class Loss(torch.nn.Module):
+            def forward(self, pred_y, y):
+                loss = (pred_y - y).pow(2).mean()
+                pred = torch.logical_not(torch.isfinite(loss))
+                gbfix_log_if(
+                    pred,
+                    logger,
+                    "warning",
+                    "loss is %s, using 0",
+                    loss,
+                    cast={1: "item"},
+                )
+                # the usual case
+                return gbfix_where(pred, torch.zeros_like(loss), loss * self.weight)
+        """,
+    ),
+    "a print before the return; the fallthrough divides by what the test finds zero": (
+        """
+        def masked_mean(x, mask):
+            n = mask.sum()
+            if n == 0:
+                print("empty mask, returning zeros")
+                return torch.zeros_like(x[0])
+            return (x * mask[:, None]).sum(0) / n
+        """,
+        "n == 0",
+        "gbfix_print_if, gbfix_where",
+        """
+        def masked_mean(x, mask):
+            n = mask.sum()
+            pred = n == 0
+            gbfix_print_if(pred, "empty mask, returning zeros")
+            return gbfix_where(
+                pred,
+                torch.zeros_like(x[0]),
+                (x * mask[:, None]).sum(0) / torch.where(pred, 1, n),
+            )
+        """,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", RETURNS)
+def test_reports_then_a_return_become_a_select_of_the_returns(case, pkg):
+    before, needle, helpers, after = RETURNS[case]
+    assert _rewrite(before, needle, pkg) == _expect(helpers, after)
+
+
+def test_reports_then_a_return_declined(pkg):
+    # nothing returned after the `if`
+    body = """
+    def f(x):
+        if torch.isnan(x).any():
+            print("nan")
+            return x
+        x.mul_(2)
+    """
+    assert "the `if` returns, and no `return` of a value follows it" in _declined(body, "torch.isnan(x).any()", pkg)
+    # the fallback draws random numbers, which a select would draw on both paths
+    body = """
+    def f(x):
+        if torch.isnan(x).any():
+            print("nan")
+            return torch.randn_like(x)
+        return x
+    """
+    assert "may have effects or draw random numbers" in _declined(body, "torch.isnan(x).any()", pkg)
 
 
 def test_a_script_gets_the_helpers():

@@ -871,8 +871,7 @@ class BranchToWhere(BranchRecipe):
             return None
         node, test = found
         if isinstance(node, cst.IfExp):
-            why, func, a = _select_arm(ctx, node, test, node.body, node.orelse, self.in_place)
-            b = node.orelse
+            why, func, a, b = _select_arm(ctx, node, test, node.body, node.orelse, self.in_place)
             if why:
                 raise Decline(why)
             where: cst.BaseExpression = make_call(func, test.tensor, a, b)
@@ -901,11 +900,11 @@ class BranchToWhere(BranchRecipe):
             other = _else_value(ctx, node, target)
             if other is None or mutated(scope_of(ctx, node), target, augmented=not self.in_place):
                 return None
-            why, func, value = _select_arm(ctx, node, test, assign.value, other, self.in_place)
+            why, func, value, other_value = _select_arm(ctx, node, test, assign.value, other, self.in_place)
             if why:
                 raise Decline(why)
             if func != "torch.where":  # the `elif` chain's selects are checked too
-                other = _else_value(ctx, node, target, func)
+                other = other_value if other_value is not other else _else_value(ctx, node, target, func)
             smalls: list[cst.BaseSmallStatement] | None = [
                 assign.with_changes(value=make_call(func, test.tensor, value, other))
             ]
@@ -928,19 +927,26 @@ class BranchToWhere(BranchRecipe):
 
 def _select_arm(
     ctx: SiteContext, node: cst.CSTNode, test: SplitTest, a: cst.BaseExpression, b: cst.BaseExpression, in_place: bool
-) -> tuple[str | None, str, cst.BaseExpression]:
-    """``_where_why`` for the arms ``a`` and ``b``, and the arm ``a`` to select. An arm that
+) -> tuple[str | None, str, cst.BaseExpression, cst.BaseExpression]:
+    """``_where_why`` for the arms ``a`` and ``b``, and the arms to select. An arm that
     divides by something that may be zero there (`s / n if n > 0 else z`, `if valid.any():
-    loss = loss.sum() / valid.sum() else: ...`) divides by torch.where(c, n, 1), as `x = x / n`
-    does: the same divisor where the test holds, and no 1/0 whose NaN gradient the
-    unselected arm would pass on. Its select is the checked one (an int over 1 is a float)."""
-    d = _unsafe_divisor(a) if pure(test.tensor) else None
-    if d is None:
+    loss = loss.sum() / valid.sum() else: ...`) divides by torch.where(c, n, 1) (the other
+    arm: torch.where(c, 1, n)), as `x = x / n` does: the same divisor where that arm is
+    selected, and no 1/0 whose NaN gradient the unselected arm would pass on. Its select
+    is the checked one (an int over 1 is a float)."""
+    divided = [(i, d) for i, d in enumerate(map(_unsafe_divisor, (a, b))) if d is not None] if pure(test.tensor) else []
+    if len(divided) != 1:
         why, func = _where_why(ctx, node, a, b, in_place=in_place)
-        return why, func, a
-    a = cast(cst.BinaryOperation, a)
-    why, _ = _where_why(ctx, node, a.with_changes(operator=cst.Multiply()), b, in_place=in_place)
-    return why, WHERE.name, a.with_changes(right=make_call("torch.where", _bare(test.tensor), _bare(d), cst.Integer("1")))
+        return why, func, a, b
+    ((i, d),) = divided
+    arms = [a, b]
+    quotient = cast(cst.BinaryOperation, arms[i])
+    checked = list(arms)
+    checked[i] = quotient.with_changes(operator=cst.Multiply())
+    why, _ = _where_why(ctx, node, checked[0], checked[1], in_place=in_place)
+    picks = (_bare(d), cst.Integer("1")) if i == 0 else (cst.Integer("1"), _bare(d))
+    arms[i] = quotient.with_changes(right=make_call("torch.where", _bare(test.tensor), *picks))
+    return why, WHERE.name, arms[0], arms[1]
 
 
 def _where_steps(

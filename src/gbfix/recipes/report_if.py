@@ -39,8 +39,9 @@ holds: each must have no effect and raise no error (``message.risk``): names bou
 `any`, `isnan`, ...), or a part of the test itself. Besides reports, an `if` without `else:`
 may assign names, as branch-to-where takes an arm of assignments (`if not torch.isfinite(loss):
 logger.warning(...); loss = torch.zeros_like(loss)`): each becomes a select by the test,
-bound first (`pred = ...`), in its place among the reports. Declined: an `elif`, a body or `else:`
-with anything else, a Python part of the test after the tensor one (tested first,
+bound first (`pred = ...`), in its place among the reports; and it may end in `return a`
+where `return b` follows the `if`: one `return <select>(pred, a, b)` after the reports.
+Declined: an `elif`, a body or `else:` with anything else, a Python part of the test after the tensor one (tested first,
 it would skip the tensor's truth value and its error), a test of several tensor operands
 not each shown to hold one element (``torch.logical_and`` would broadcast them).
 """
@@ -76,6 +77,8 @@ from gbfix.recipes.branch import (
     SplitTest,
     _bare,
     _is_elif,
+    _returned,
+    _select_arm,
     _static_value,
     _where_steps,
     fit,
@@ -149,7 +152,7 @@ class ReportIf(Recipe):
         found = _report_if(ctx)
         if found is None:
             return None
-        if_node, test, calls, self._selects = found
+        if_node, test, calls, self._selects, self._ret = found
         if isinstance(if_node.orelse, cst.If):
             raise Decline("an `elif`: its test runs only where the `if`'s does not hold")
         if if_node.orelse is not None and (test.prefix is not None or _is_elif(ctx, if_node)):
@@ -176,6 +179,11 @@ class ReportIf(Recipe):
             return None
         self._selected: dict[int, cst.BaseSmallStatement] = {}
         self._plan = self._layout(ctx, if_node, test, reports)
+        if self._ret is not None:
+            block = self._returns(ctx, if_node, test)
+            if self._torch and not generated.imports_torch(ctx.module):
+                raise Decline("the rewrite calls torch.logical_not, and the module does not import torch at module level")
+            return block
         if self._torch and not generated.imports_torch(ctx.module):
             raise Decline("the rewrite calls torch.logical_not, and the module does not import torch at module level")
         return if_node
@@ -312,10 +320,10 @@ class ReportIf(Recipe):
         updated = {name_of(sm.targets[0].target) for sm in _smalls(body) if isinstance(sm, cst.Assign)}
         reread = bool(updated & variable_names(test.cond))
         bind = test.prefix is None and not _is_elif(ctx, if_node) and isinstance(body, cst.IndentedBlock) and (
-            len(reports) > 1 or warns or reread or bool(self._selects)
+            len(reports) > 1 or warns or reread or bool(self._selects) or self._ret is not None
         )
-        if self._selects and not bind:
-            raise Decline("an assignment beside the report, after a Python part of the test or on the `if` line")
+        if (self._selects or self._ret is not None) and not bind:
+            raise Decline("an assignment or a return beside the report, after a Python part of the test or on the `if` line")
         if reread and not bind:
             changed: set[str | None] = set()
             for sm in _smalls(body) + (_smalls(orelse.body) if isinstance(orelse, cst.Else) else []):
@@ -341,6 +349,7 @@ class ReportIf(Recipe):
             name = fresh(scope_of(ctx, if_node), "pred", set())
             lines.append(_assign(name, cond, if_node.leading_lines, body.header))
             cond = cst.Name(name)
+            self._pred = cond
             self._selected = self._select(ctx, if_node, replace(test, tensor=cond))
             lines += self._lines(body, cond, reports, column)
         else:  # one print or log record (lines do not matter), or a one-line `if c: <reports>`
@@ -384,6 +393,35 @@ class ReportIf(Recipe):
                 raise Decline(f"the module binds {WHERE.name} to something else")
             self._helpers.append(WHERE.name)
         return {id(a): step for a, step in zip(self._selects, steps)}
+
+    def _returns(self, ctx: SiteContext, if_node: cst.If, test: SplitTest) -> cst.IndentedBlock:
+        """`if c: <reports>; return a` + `return b` (the statement after the `if`): the
+        block with both replaced by the `if`'s rewrite ending in `return <select>(pred, a, b)`,
+        the select branch-to-where would write for `a if c else b` (``self._plan`` set)."""
+        block = ctx.file.parent(if_node)
+        i = block.body.index(if_node) if isinstance(block, cst.IndentedBlock) else -1
+        following = block.body[i + 1] if 0 <= i < len(block.body) - 1 else None
+        b = _returned(cst.IndentedBlock(body=[following])) if isinstance(following, cst.SimpleStatementLine) else None
+        assert isinstance(block, cst.IndentedBlock) and self._ret is not None and self._ret.value is not None
+        if b is None or following is None:
+            raise Decline("the `if` returns, and no `return` of a value follows it")
+        why, func, a, b = _select_arm(ctx, if_node, replace(test, tensor=self._pred), self._ret.value, b, False)
+        if why:
+            raise Decline(why)
+        if func == WHERE.name:
+            if taken(ctx, WHERE.name):
+                raise Decline(f"the module binds {WHERE.name} to something else")
+            self._helpers.append(WHERE.name)
+        ret = cst.Return(value=make_call(func, self._pred, a, b))
+        lines = list(self._plan.nodes) if isinstance(self._plan, cst.FlattenSentinel) else [self._plan]
+        last = cast(cst.SimpleStatementLine, lines[-1])
+        lines[-1] = last.with_changes(
+            body=[fit(ret, ctx.file.span(if_node)[0][1])],
+            leading_lines=[*last.leading_lines, *following.leading_lines],
+            trailing_whitespace=following.trailing_whitespace,
+        )
+        self._plan = block.with_changes(body=[*block.body[:i], *lines, *block.body[i + 2 :]])
+        return block
 
     def _block(self, suite: cst.BaseSuite, cond: cst.BaseExpression, reports: dict[int, _Report], column: int) -> cst.BaseSuite:
         """``suite`` with each report made conditional, in place."""
@@ -445,7 +483,9 @@ def _assign(name: str, value: cst.BaseExpression, leading: tuple[cst.EmptyLine, 
 # --- what the `if` holds --------------------------------------------------------------
 
 
-def _report_if(ctx: SiteContext) -> tuple[cst.If, SplitTest, list[cst.Call], list[cst.Assign]] | None:
+def _report_if(
+    ctx: SiteContext,
+) -> tuple[cst.If, SplitTest, list[cst.Call], list[cst.Assign], cst.Return | None] | None:
     """The site's `if`, its test, and the report calls of its arms; None when no arm
     reports; ``Decline`` when an arm does anything else too."""
     found = site_branch(ctx)
@@ -468,17 +508,21 @@ def _report_if(ctx: SiteContext) -> tuple[cst.If, SplitTest, list[cst.Call], lis
         sm for sm in _smalls(if_node.body)
         if if_node.orelse is None and id(sm) not in updates and m.matches(sm, m.Assign(targets=[m.AssignTarget(target=m.Name())]))
     ]
+    # and end in `return a`, when `return b` follows the `if` (``ReportIf._returns``)
+    last = _smalls(if_node.body)[-1]
+    ret = last if if_node.orelse is None and isinstance(last, cst.Return) and last.value is not None else None
     other = next(
         (
             sm for sm in smalls
-            if not (isinstance(sm, cst.Expr) and any(sm.value is c for c in reports)) and id(sm) not in updates and sm not in selects
+            if not (isinstance(sm, cst.Expr) and any(sm.value is c for c in reports))
+            and id(sm) not in updates and sm not in selects and sm is not ret
         ),
         None,
     )
     if compound is not None or other is not None:
         shown = ctx.code(other).strip() if other is not None else ctx.code(compound).splitlines()[0].strip()
         raise Decline(f"the `if` does more than report: `{shown}`")
-    return if_node, test, reports, cast(list[cst.Assign], selects)
+    return if_node, test, reports, cast(list[cst.Assign], selects), ret
 
 
 def _smalls(suite: cst.BaseSuite) -> list[cst.BaseSmallStatement]:
