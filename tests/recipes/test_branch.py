@@ -590,6 +590,25 @@ CHECKED_CASES = {
         "n == 0",
         "def f(x, n):\n    return gbfix_where(n == 0, x.sum() * 0, x.sum() / torch.where(n == 0, 1, n))\n",
     ),
+    "a temporary dividing by what the test finds zero (CFG rescale): its divisor is selected": (
+        """
+        def rescale_cfg(out, cond, rescale: float):
+            std_pos, std_cfg = cond.std(), out.std()
+            if std_cfg > 0:
+                factor = std_pos / std_cfg
+                out = rescale * (out * factor) + (1 - rescale) * out
+            return out
+        """,
+        "std_cfg > 0",
+        """
+        def rescale_cfg(out, cond, rescale: float):
+            std_pos, std_cfg = cond.std(), out.std()
+            pred = std_cfg > 0
+            factor = std_pos / torch.where(pred, std_cfg, 1)
+            out = gbfix_where(pred, rescale * (out * factor) + (1 - rescale) * out, out)
+            return out
+        """,
+    ),
     "a padding bias in a temporary, cast and viewed": (
         """
         def f(scores, attention_mask):
@@ -1338,7 +1357,7 @@ def test_where_arm_of_several_assignments(case):
 STEPS_DECLINES = {
     "temporary read after the if": "if x.sum() > 0:\n        s = x.max()\n        x = x * s\n    print(s)",
     "temporary read before the if": "s = 1\n    if x.sum() > 0:\n        s = x.max()\n        x = x * s",
-    "temporary with a singular gradient": "if x.sum() > 0:\n        s = 1 / x.sum()\n        x = x * s",
+    "temporary with a singular gradient": "if x.sum() > 0:\n        s = (1 / x.sum()).log()\n        x = x * s",
     "temporary from a random draw": "if x.sum() > 0:\n        s = torch.rand(())\n        x = x * s",
     "only temporaries": "if x.sum() > 0:\n        s = x.max()\n        t = s * 2",
     "a statement that is not an assignment": "if x.sum() > 0:\n        x = x * 2\n        log(x)",

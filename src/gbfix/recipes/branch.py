@@ -960,6 +960,8 @@ def _where_steps(
     cond = test.tensor
     steps: list[cst.BaseSmallStatement] = []
     divided = any(_divisor(a.targets[0].target.value, a.value) is not None for a in guarded)
+    # a temporary dividing by what may be zero where the test is false (`factor = s / n` under `n > 0`)
+    divided = divided or (pure(cond) and any(_unsafe_divisor(a.value) is not None for a in assigns if a not in guarded))
     if len(guarded) > 1 or (divided and not isinstance(cond, cst.Name)):
         # One test for every `torch.where`, read before the arm changes what it reads.
         pred = fresh(scope, "pred", set())
@@ -973,7 +975,10 @@ def _where_steps(
             unbound_read = target not in temps and target in variable_names(value)  # `s += 1` with no s yet
             if target in outside or unbound_read:
                 return None
-            if not (pure(value) and _temporary_safe(value)):
+            d = _unsafe_divisor(value) if divided else None
+            # divided by torch.where(c, d, 1): d where the test holds, no 1/0 where it does not
+            checked = cast(cst.BinaryOperation, value).with_changes(operator=cst.Multiply()) if d is not None else value
+            if not (pure(value) and _temporary_safe(checked)):
                 raise Decline(
                     f"`{target} = {ctx.code(value)}` would run whatever the test: it may have effects, fail"
                     " where the test is false (an empty tensor, an index from data) or have a singular derivative"
@@ -981,6 +986,8 @@ def _where_steps(
             if not all(n in temps or bound_before(ctx, n, node) for n in variable_names(value)):
                 return None
             temps.add(target)
+            if d is not None:
+                a = a.with_changes(value=cast(cst.BinaryOperation, value).with_changes(right=make_call("torch.where", cond, _bare(d), cst.Integer("1"))))
             steps.append(a)
         elif (d := _divisor(target, value)) is not None:
             # `x = x / d`: x / torch.where(c, d, 1) is x / d where c holds and x itself where it
