@@ -1445,6 +1445,43 @@ def test_real_run_an_if_around_what_print_to_op_wrote(tmp_path: Path):
     assert run.stdout == "out 0.000\nout 1.000\niter 2: loss 4.000\nout 4.000\n", run.stderr
 
 
+ELIF_CHAIN = """\
+import torch
+
+
+def gate(x, t):
+    frac = (x > t).float().mean()
+    if frac == 0:
+        print("gate closed")
+    elif frac == 1:
+        print(f"gate open at {t}")
+    return x * (x > t)
+
+
+if __name__ == "__main__":
+    f = torch.compile(gate, backend="eager")
+    x = torch.arange(4.0)
+    for t in (9.0, -1.0, 1.5):
+        print(f(x, t).sum().item())
+"""
+
+
+def test_real_run_an_elif_chain_of_reports(tmp_path: Path):
+    # round 1 takes the `elif` (its own `if`: `else: gbfix_print_if(...)`) and the first
+    # print (print-to-op); round 2 the `if` around them, whose `else:` now holds the
+    # conditional call round 1 wrote: its test joins `torch.logical_not(pred)`
+    (tmp_path / "prog.py").write_text(ELIF_CHAIN)
+    result = engine.fix([tmp_path / "prog.py"], parse("python prog.py", tmp_path))
+    applied = sorted(o.edit.recipe for o in result.outcomes if o.status == "applied")
+    assert applied == ["print-to-op", "report-if", "report-if"]
+    assert result.remaining == 0
+    fixed = result.fixed[tmp_path / "prog.py"].decode()
+    assert "    if " not in fixed.split("def gate")[1].split("__main__")[0]
+    assert "torch.logical_and(torch.logical_not(pred), " in fixed
+    run = subprocess.run([sys.executable, "-c", fixed], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.stdout == "gate closed\n0.0\ngate open at -1.0\n6.0\n5.0\n", run.stderr
+
+
 def test_tried_before_the_branch_recipes():
     # branch-to-where declines these `if`s ("may have effects"); report-if comes first, and
     # before library-class / library-patch, which run the recipes listed before them

@@ -105,6 +105,9 @@ from gbfix.recipes.warn_call import WarnRecipe, _bind, _is_chain
 _PRINT, _WARN, _LOG, _CALL = op_helpers.PRINT_IF.name, op_helpers.WARN_IF.name, op_helpers.LOG_IF.name, op_helpers.CALL_IF.name
 # What an earlier round wrote for a report (print-to-op, warn-to-op, logger-to-op): its kind.
 _WRITTEN = {op_helpers.PRINT.name: "print", op_helpers.WARN.name: "warn", op_helpers.LOG.name: "log"}
+# What this recipe wrote for an `elif` of reports, in the `else:` of the `if` before it:
+# the helper, and how many arguments come before the message's values (after the test).
+_WRITTEN_IF = {_PRINT: 1, _WARN: 1, _LOG: 2, _CALL: 1}
 _TRUE = cst.Name("True")
 
 
@@ -120,6 +123,7 @@ class _Report:
     cast: dict[int, str] = field(default_factory=dict)  # index of a value (a `%` tuple's item) -> its cast
     star: int | None = None  # the index of a `*values` argument (a log call's)
     line_bound: bool = False  # a warning naming the line of its call (stacklevel 1)
+    inner: cst.BaseExpression | None = None  # the own test of a conditional call an earlier round wrote
 
     @property
     def percent(self) -> bool:
@@ -170,7 +174,7 @@ class ReportIf(Recipe):
                     why = None if any(value.deep_equals(t) for t in self._tensors) else not_a_plain_value(ctx, value)
                     if why:
                         raise Decline(f"`{ctx.code(value)}` in `{ctx.code(r.call)}` {why}: the op takes text, numbers, tensors and None")
-            for node in [*r.head, *r.values, *r.keywords.values()]:
+            for node in [*r.head, *r.values, *r.keywords.values(), *([r.inner] if r.inner is not None else [])]:
                 why = message.risk(ctx, node, if_node, test.cond)
                 if why:
                     raise Decline(f"`{ctx.code(node)}` in `{ctx.code(r.call)}` {why}: it would be evaluated where the test does not hold")
@@ -205,8 +209,31 @@ class ReportIf(Recipe):
             return self._warn(ctx, call)
         if kind == "call":  # a function that only reports, called from the op as it is
             return self._call(ctx, call)
+        if kind == "written if":
+            return self._written_if(ctx, call)
         assert kind == "log"
         return self._log(ctx, call)
+
+    def _written_if(self, ctx: SiteContext, call: cst.Call) -> _Report:
+        """`gbfix_log_if(c2, logger, "info", ...)`: what this recipe wrote for an `elif` of
+        reports in an earlier round, now in the `else:` of the `if` before it. It reports
+        where both tests say so: its own test joins the `if`'s (``_small``), and is now
+        evaluated whenever the `if` runs, so it must be pure."""
+        helper = cast(cst.Name, call.func).value
+        positional = [a for a in call.args if a.keyword is None]
+        if any(a.star for a in positional[: 1 + _WRITTEN_IF[helper]]) or len(positional) < 1 + _WRITTEN_IF[helper]:
+            raise Decline(f"`{ctx.code(call)}` is not a call report-if writes")
+        inner = positional[0].value
+        if not pure(inner):
+            raise Decline(f"`{ctx.code(inner)}` may have effects: it would be evaluated whenever the `if` runs")
+        head = [a.value for a in positional[1 : 1 + _WRITTEN_IF[helper]]]
+        r = _Report(call, helper, head, [a.value for a in positional[1 + _WRITTEN_IF[helper] :]], inner=inner)
+        stars = [i for i, a in enumerate(positional[1 + _WRITTEN_IF[helper] :]) if a.star]
+        r.star = stars[0] if stars else None
+        r.keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+        level = r.keywords.get("stacklevel")
+        r.line_bound = helper == _WARN and (level is None or (isinstance(level, cst.Integer) and level.value == "1"))
+        return r
 
     def _print(self, ctx: SiteContext, call: cst.Call) -> _Report:
         if isinstance(call.func, cst.Name) and call.func.value == op_helpers.PRINT.name:
@@ -448,6 +475,8 @@ class ReportIf(Recipe):
         if not (isinstance(small, cst.Expr) and id(small.value) in reports):
             return small  # an update that is the identity where the test is false: as written
         r = reports[id(small.value)]
+        if r.inner is not None:
+            cond = make_call("torch.logical_and", cond, r.inner)
         args = [cst.Arg(_bare(cond)), *(cst.Arg(h) for h in r.head)]
         args += [cst.Arg(v, star="*" if i == r.star else "") for i, v in enumerate(r.values)]
         keywords = {"cast": message.cast_argument(r.cast), **r.keywords} if r.cast else r.keywords
@@ -544,6 +573,8 @@ def _kind(ctx: SiteContext, call: cst.Call) -> str | None:
             return "print"
         if func.value in _WRITTEN and is_module_global(ctx, func) and defines_helper(ctx, func.value):
             return _WRITTEN[func.value]
+        if func.value in _WRITTEN_IF and is_module_global(ctx, func) and defines_helper(ctx, func.value):
+            return "written if"
     if qualified_names(ctx, func) == {"warnings.warn"}:
         return "warn"
     if isinstance(func, cst.Attribute) and func.attr.value in LOGGER_METHODS:
