@@ -1455,6 +1455,8 @@ def gate(x, t):
         print("gate closed")
     elif frac == 1:
         print(f"gate open at {t}")
+    else:
+        print("gate partly open")
     return x * (x > t)
 
 
@@ -1467,9 +1469,10 @@ if __name__ == "__main__":
 
 
 def test_real_run_an_elif_chain_of_reports(tmp_path: Path):
-    # round 1 takes the `elif` (its own `if`: `else: gbfix_print_if(...)`) and the first
-    # print (print-to-op); round 2 the `if` around them, whose `else:` now holds the
-    # conditional call round 1 wrote: its test joins `torch.logical_not(pred)`
+    # round 1 takes the `elif` (its own `if` with an `else:`: `else: gbfix_print_if(c, ...)`,
+    # `not_pred = torch.logical_not(c)` on the old `else:` line, `gbfix_print_if(not_pred, ...)`)
+    # and the first print (print-to-op); round 2 the `if` around them, whose `else:` now holds
+    # what round 1 wrote: the calls' tests join `torch.logical_not(pred)`, not_pred runs always
     (tmp_path / "prog.py").write_text(ELIF_CHAIN)
     result = engine.fix([tmp_path / "prog.py"], parse("python prog.py", tmp_path))
     applied = sorted(o.edit.recipe for o in result.outcomes if o.status == "applied")
@@ -1479,7 +1482,8 @@ def test_real_run_an_elif_chain_of_reports(tmp_path: Path):
     assert "    if " not in fixed.split("def gate")[1].split("__main__")[0]
     assert "torch.logical_and(torch.logical_not(pred), " in fixed
     run = subprocess.run([sys.executable, "-c", fixed], cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert run.stdout == "gate closed\n0.0\ngate open at -1.0\n6.0\n5.0\n", run.stderr
+    assert "torch.logical_and(torch.logical_not(pred), not_pred)" in fixed
+    assert run.stdout == "gate closed\n0.0\ngate open at -1.0\n6.0\ngate partly open\n5.0\n", run.stderr
 
 
 def test_tried_before_the_branch_recipes():

@@ -60,6 +60,7 @@ from gbfix import generated
 from gbfix.recipes import message, op_helpers
 from gbfix.recipes.analysis import (
     COMPARISONS,
+    bound_before,
     called,
     is_builtin,
     is_module_global,
@@ -159,8 +160,12 @@ class ReportIf(Recipe):
         if_node, test, calls, self._selects, self._ret = found
         if isinstance(if_node.orelse, cst.If):
             raise Decline("an `elif`: its test runs only where the `if`'s does not hold")
-        if if_node.orelse is not None and (test.prefix is not None or _is_elif(ctx, if_node)):
-            raise Decline("an `else:` after a Python part of the test, or after an `elif`")
+        if if_node.orelse is not None and test.prefix is not None:
+            raise Decline("an `else:` after a Python part of the test")
+        if if_node.orelse is not None and _is_elif(ctx, if_node) and not (
+            pure(test.cond) and isinstance(if_node.body, cst.IndentedBlock) and isinstance(if_node.orelse.body, cst.IndentedBlock)
+        ):
+            raise Decline("an `else:` after an `elif` whose test may have effects (its `else:` evaluates it again), or on one line")
         if not test.leading:
             raise Decline("a Python part of the test comes after the tensor one: tested first, it would skip the tensor's truth value")
         why = _one_truth(test, scope_of(ctx, if_node))
@@ -174,7 +179,8 @@ class ReportIf(Recipe):
                     why = None if any(value.deep_equals(t) for t in self._tensors) else not_a_plain_value(ctx, value)
                     if why:
                         raise Decline(f"`{ctx.code(value)}` in `{ctx.code(r.call)}` {why}: the op takes text, numbers, tensors and None")
-            for node in [*r.head, *r.values, *r.keywords.values(), *([r.inner] if r.inner is not None else [])]:
+            inner = [] if r.inner is None or _bound_earlier_in_else(ctx, if_node, r.inner, r.call) else [r.inner]
+            for node in [*r.head, *r.values, *r.keywords.values(), *inner]:
                 why = message.risk(ctx, node, if_node, test.cond)
                 if why:
                     raise Decline(f"`{ctx.code(node)}` in `{ctx.code(r.call)}` {why}: it would be evaluated where the test does not hold")
@@ -369,6 +375,14 @@ class ReportIf(Recipe):
                 return if_node.with_changes(test=test.prefix, orelse=cst.Else(body=block))
             if test.prefix is not None:  # `if P and c: B` -> `if P: <B if c>`, on the same lines
                 return if_node.with_changes(test=test.prefix, body=block)
+            if isinstance(orelse, cst.Else):
+                # `elif c: B else: C` -> `else: <B if c>`, `not_pred = torch.logical_not(c)` on the
+                # `else:` line, `<C if not_pred>`: every report keeps its line
+                assert isinstance(block, cst.IndentedBlock) and isinstance(orelse.body, cst.IndentedBlock)
+                name = fresh(scope_of(ctx, if_node), "not_pred", set())
+                tail = [_assign(name, make_call("torch.logical_not", cond), orelse.leading_lines, orelse.body.header)]
+                tail += self._lines(orelse.body, cst.Name(name), reports, column + 4)
+                block = block.with_changes(body=[*block.body, *tail])
             return cst.Else(body=block, leading_lines=if_node.leading_lines)  # `elif c: B` -> `else: <B if c>`
         lines: list[cst.SimpleStatementLine] = []
         if bind:
@@ -537,6 +551,16 @@ def _report_if(
         sm for sm in _smalls(if_node.body)
         if if_node.orelse is None and id(sm) not in updates and m.matches(sm, m.Assign(targets=[m.AssignTarget(target=m.Name())]))
     ]
+    # an `else:` may bind a name nothing outside it reads to a pure test of tensors (the
+    # `not_pred = torch.logical_not(c)` this recipe wrote for an `elif` with an `else:`): it runs always
+    if isinstance(if_node.orelse, cst.Else):
+        outside = _read_outside(ctx, if_node.orelse)
+        updates |= {
+            id(sm) for sm in _smalls(if_node.orelse.body)
+            if m.matches(sm, m.Assign(targets=[m.AssignTarget(target=m.Name())])) and pure(sm.value)
+            and isinstance(sm.value, cst.Call) and is_torch_call(sm.value) and name_of(sm.targets[0].target) not in outside
+            and not bound_before(ctx, cast(str, name_of(sm.targets[0].target)), if_node)
+        }
     # and end in `return a`, when `return b` follows the `if` (``ReportIf._returns``)
     last = _smalls(if_node.body)[-1]
     ret = last if if_node.orelse is None and isinstance(last, cst.Return) and last.value is not None else None
@@ -552,6 +576,25 @@ def _report_if(
         shown = ctx.code(other).strip() if other is not None else ctx.code(compound).splitlines()[0].strip()
         raise Decline(f"the `if` does more than report: `{shown}`")
     return if_node, test, reports, cast(list[cst.Assign], selects), ret
+
+
+def _bound_earlier_in_else(ctx: SiteContext, if_node: cst.If, name: cst.BaseExpression, call: cst.Call) -> bool:
+    """``name`` is bound in the `if`'s `else:` before ``call``: by one of the temporaries
+    ``_report_if`` let run always (`not_pred = torch.logical_not(c)`), which stay before it."""
+    if not isinstance(name, cst.Name) or not isinstance(if_node.orelse, cst.Else):
+        return False
+    line = ctx.file.span(call)[0][0]
+    return any(
+        isinstance(sm, cst.Assign) and name_of(sm.targets[0].target) == name.value and ctx.file.span(sm)[0][0] < line
+        for sm in _smalls(if_node.orelse.body)
+    )
+
+
+def _read_outside(ctx: SiteContext, arm: cst.CSTNode) -> set[str]:
+    """The names its function reads outside ``arm``."""
+    fn = ctx.enclosing(cst.FunctionDef, node=arm)
+    inside = {id(n) for n in walk(arm)}
+    return {n.value for n in walk(fn) if isinstance(n, cst.Name) and id(n) not in inside} if fn is not None else set()
 
 
 def _smalls(suite: cst.BaseSuite) -> list[cst.BaseSmallStatement]:
