@@ -825,12 +825,6 @@ SELECTS = {
 }
 
 
-@pytest.mark.parametrize("case", SELECTS)
-def test_reports_beside_assignments_that_become_selects(case, pkg):
-    before, needle, helpers, after = SELECTS[case]
-    assert _rewrite(before, needle, pkg) == _expect(helpers, after)
-
-
 def test_reports_beside_assignments_declined(pkg):
     # after a Python part of the test, the reports stay under `if P:`, unbound
     body = """
@@ -938,9 +932,9 @@ RETURNS = {
 }
 
 
-@pytest.mark.parametrize("case", RETURNS)
-def test_reports_then_a_return_become_a_select_of_the_returns(case, pkg):
-    before, needle, helpers, after = RETURNS[case]
+@pytest.mark.parametrize("case", [*SELECTS, *RETURNS])
+def test_reports_beside_assignments_and_returns_that_become_selects(case, pkg):
+    before, needle, helpers, after = {**SELECTS, **RETURNS}[case]
     assert _rewrite(before, needle, pkg) == _expect(helpers, after)
 
 
