@@ -40,11 +40,12 @@ holds: each must have no effect and raise no error (``message.risk``): names bou
 may assign names, as branch-to-where takes an arm of assignments (`if not torch.isfinite(loss):
 logger.warning(...); loss = torch.zeros_like(loss)`): each becomes a select by the test,
 bound first (`pred = ...`), in its place among the reports; and it may end in `return a`
-where `return b` follows the `if`: one `return <select>(pred, a, b)` after the reports.
-Declined: an `elif`, a body or `else:` with anything else, a Python part of the test after the tensor one (tested first,
-it would skip the tensor's truth value and its error), a test of several tensor operands
-not each shown to hold one element (``torch.logical_and`` would broadcast them).
-"""
+where `return b` follows the `if`: one `return <select>(pred, a, b)` after the reports. An
+`else:` may hold what this recipe wrote for an `elif` of reports (its tests join the `if`'s).
+Declined: an `if` whose `else:` is an `elif` (the `elif` is taken first), a body or `else:`
+with anything else, a Python part of the test after the tensor one (tested first, it would
+skip the tensor's truth value and its error), a test of several tensor operands not each
+shown to hold one element (``torch.logical_and`` would broadcast them)."""
 
 from __future__ import annotations
 
@@ -189,14 +190,10 @@ class ReportIf(Recipe):
             return None
         self._selected: dict[int, cst.BaseSmallStatement] = {}
         self._plan = self._layout(ctx, if_node, test, reports)
-        if self._ret is not None:
-            block = self._returns(ctx, if_node, test)
-            if self._torch and not generated.imports_torch(ctx.module):
-                raise Decline("the rewrite calls torch.logical_not, and the module does not import torch at module level")
-            return block
+        replaced: cst.CSTNode = if_node if self._ret is None else self._returns(ctx, if_node, test)
         if self._torch and not generated.imports_torch(ctx.module):
             raise Decline("the rewrite calls torch.logical_not, and the module does not import torch at module level")
-        return if_node
+        return replaced
 
     def rewrite(self, node: cst.CSTNode) -> Replacement | None:
         for p in generated.closure(self._helpers):
