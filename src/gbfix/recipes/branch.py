@@ -987,7 +987,8 @@ def _where_steps(
                 return None
             temps.add(target)
             if d is not None:
-                a = a.with_changes(value=cast(cst.BinaryOperation, value).with_changes(right=make_call("torch.where", cond, _bare(d), cst.Integer("1"))))
+                divisor = make_call("torch.where", cond, _bare(d), cst.Integer("1"))
+                a = a.with_changes(value=cast(cst.BinaryOperation, value).with_changes(right=divisor))
             steps.append(a)
         elif (d := _divisor(target, value)) is not None:
             # `x = x / d`: x / torch.where(c, d, 1) is x / d where c holds and x itself where it
