@@ -45,10 +45,10 @@ from gbfix.recipes.analysis import (
 from gbfix.recipes.base import Decline, Recipe, Replacement, SiteContext
 from gbfix.recipes.tree import (
     contains,
+    names_outside,
     nodes,
     param_names,
     variable_names,
-    variables,
     walk,
 )
 from gbfix.recipes.vocabulary import (
@@ -954,8 +954,7 @@ def _where_steps(
 ) -> list[cst.BaseSmallStatement] | None:
     """The arm `if c: <assigns>` (no else) as straight-line statements."""
     scope = scope_of(ctx, node)
-    inside = {id(n) for n in walk(node.body)}
-    outside = {n.value for n in variables(scope) if id(n) not in inside}
+    outside = names_outside(scope, node.body)
     guarded = [a for a in assigns if bound_before(ctx, a.targets[0].target.value, node)]
     cond = test.tensor
     steps: list[cst.BaseSmallStatement] = []

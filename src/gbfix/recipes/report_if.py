@@ -100,7 +100,7 @@ from gbfix.recipes.logging_call import (
 )
 from gbfix.recipes.print_call import PrintToHop
 from gbfix.recipes.report_function import report_function
-from gbfix.recipes.tree import keyword_arg, variable_names, walk
+from gbfix.recipes.tree import keyword_arg, names_outside, variable_names, walk
 from gbfix.recipes.vocabulary import FULL_REDUCTIONS
 from gbfix.recipes.warn_call import WarnRecipe, _bind, _is_chain
 
@@ -551,7 +551,7 @@ def _report_if(
     # an `else:` may bind a name nothing outside it reads to a pure test of tensors (the
     # `not_pred = torch.logical_not(c)` this recipe wrote for an `elif` with an `else:`): it runs always
     if isinstance(if_node.orelse, cst.Else):
-        outside = _read_outside(ctx, if_node.orelse)
+        outside = names_outside(scope_of(ctx, if_node), if_node.orelse)
         updates |= {
             id(sm) for sm in _smalls(if_node.orelse.body)
             if m.matches(sm, m.Assign(targets=[m.AssignTarget(target=m.Name())])) and pure(sm.value)
@@ -585,13 +585,6 @@ def _bound_earlier_in_else(ctx: SiteContext, if_node: cst.If, name: cst.BaseExpr
         isinstance(sm, cst.Assign) and name_of(sm.targets[0].target) == name.value and ctx.file.span(sm)[0][0] < line
         for sm in _smalls(if_node.orelse.body)
     )
-
-
-def _read_outside(ctx: SiteContext, arm: cst.CSTNode) -> set[str]:
-    """The names its function reads outside ``arm``."""
-    fn = ctx.enclosing(cst.FunctionDef, node=arm)
-    inside = {id(n) for n in walk(arm)}
-    return {n.value for n in walk(fn) if isinstance(n, cst.Name) and id(n) not in inside} if fn is not None else set()
 
 
 def _smalls(suite: cst.BaseSuite) -> list[cst.BaseSmallStatement]:

@@ -40,6 +40,12 @@ def contains(node: cst.CSTNode, types: type | tuple[type, ...], test: Callable[.
     return any(isinstance(n, types) and (test is None or test(n)) for n in walk(node))
 
 
+def names_outside(scope: cst.CSTNode, part: cst.CSTNode) -> set[str]:
+    """The variables ``scope`` reads or binds outside ``part`` (a block of it)."""
+    inside = {id(n) for n in walk(part)}
+    return {n.value for n in variables(scope) if id(n) not in inside}
+
+
 def variables(node: cst.CSTNode) -> Iterator[cst.Name]:
     """Every occurrence of a variable in ``node`` or below, read or bound, in source
     order: each ``cst.Name`` but an attribute's (``a.name``) and a keyword argument's
