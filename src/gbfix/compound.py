@@ -10,8 +10,10 @@ with the first edit:
 
 - in the same function: one edit of the whole function (``joined``), both changes in
   it, so that it applies to the unedited file like any other edit;
-- in a file the first edit does not change: the two edits as a pair, kept or dropped
-  together (``engine``'s compound round).
+- a Dynamo setting in the entry script (``pair``): the two edits as a group, verified in
+  one trial; the first alone fails again (its break only moved), so it is kept only with
+  the setting. An `.item()` written where a size takes a tensor needs
+  ``capture_scalar_outputs`` this way.
 
 The verifier then judges the pair as it judges any edit: the first edit's site gone, no
 break new, the program's behaviour unchanged.
@@ -20,10 +22,11 @@ break new, the program's behaviour unchanged.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import libcst as cst
 
-from gbfix import generated
+from gbfix import generated, recipes
 from gbfix.edits import Replace
 from gbfix.locate import ParsedFile
 from gbfix.records import Edit
@@ -53,6 +56,15 @@ def joined(first: Edit, then: Edit, before: ParsedFile, middle: ParsedFile, edit
         f"{first.message}; then {then.message[:1].lower()}{then.message[1:]}", start, end, fn, new,
         _union(first.imports, then.imports), _union(first.helpers, then.helpers), None, (*first.also, *then.recipes),
     )
+
+
+def pair(first: Edit, then: Edit) -> list[Edit]:
+    """``first`` and a process-wide ``then`` (a Dynamo setting in the entry script) as a
+    group verified in one trial, ``then`` counted for ``first``'s site; [] for any other
+    ``then``, which must share ``first``'s function (``joined``)."""
+    if not recipes.named(then.recipe).process_wide:
+        return []
+    return [first, replace(then, site=first.site)]
 
 
 def _union(a: Sequence, b: Sequence) -> tuple:

@@ -540,24 +540,33 @@ class _Session:
                     todo.setdefault((key, recipe), site)
         accepted: list[Edit] = []
         last: RunResult | None = None
+        firsts: list[tuple[tuple, Edit]] = []
         for (key, recipe), site in list(todo.items())[:MAX_COMPOUNDS]:
             self.moved[key].remove(recipe)  # tried once
-            for first in self.propose(site, rnd.locator, caps, only=recipe):
-                self.progress(f"round {number + 1}: {recipe} at line {key[1]} moves its break; trying it with a fix of the next one")
-                for joined in self._joined(first, rnd, caps):
-                    if any(joined.overlaps(a) for a in accepted):
-                        continue
-                    result = self.settle([joined], accepted, rnd)
-                    if result is not None:
-                        last = result
-                        break
-                else:
-                    self.ledger.failed(first, retry=None)  # not proposed again
+            firsts.extend((key, first) for first in self.propose(site, rnd.locator, caps, only=recipe))
+        for key, first in firsts:
+            if any(_edit_identity(first) == _edit_identity(a) for a in accepted):
+                continue  # taken with a setting another site's edit needed too
+            self.progress(f"round {number + 1}: {first.recipe} at line {key[1]} moves its break; trying it with a fix of the next one")
+            for group in self._joined(first, rnd, caps):
+                if _is_global(group[-1]) and len(group) > 1:
+                    # A setting acts on every site of its kind: the other edits of this recipe go with it
+                    group[-1:-1] = [o for _, o in firsts if o is not first and o.recipe == first.recipe and not any(
+                        o.overlaps(e) for e in (*group, *accepted))]
+                if any(e.overlaps(a) for e in group for a in accepted):
+                    continue
+                result = self.settle(group, accepted, rnd)
+                if result is not None:
+                    last = result
+                    break
+            else:
+                self.ledger.failed(first, retry=None)  # not proposed again
         return self._close(accepted, last, rnd, number, run)
 
-    def _joined(self, first: Edit, rnd: _Round, caps: frozenset[str]) -> list[Edit]:
-        """``first`` joined with each edit the recipes propose for the break it moved to,
-        in the same function (the trial of ``first`` alone says where that break is)."""
+    def _joined(self, first: Edit, rnd: _Round, caps: frozenset[str]) -> list[list[Edit]]:
+        """``first`` joined with each edit the recipes propose for the break it moved to (the
+        trial of ``first`` alone says where that break is): one edit where both are in one
+        function, else the two as a group verified together (``compound.pair``)."""
         result, failure, placed = self.trial([first], rnd.locator)
         applied = [o.edit for o in self.outcomes if o.status == "applied"]
         if result is None:
@@ -570,9 +579,9 @@ class _Session:
             return []
         moved = rnd.moved_to(placed, first)
         if not moved:  # it needs no partner after all: verified as it is
-            return [first]
+            return [[first]]
         middle = rnd.locator.edited(self._edited([first], rnd.locator))
-        out: list[Edit] = []
+        out: list[list[Edit]] = []
         for tb in moved[:1]:  # where the break went first
             then_site = middle.site(tb.brk)
             if then_site is None:
@@ -585,9 +594,11 @@ class _Session:
                     continue
                 then = rw.edit(next(self.ids), then_site, recipe, middle.parsed(then_site.path))
                 both = compound.joined(first, then, rnd.locator.parsed(first.path), middle.parsed(first.path), next(self.ids))
-                if both is not None:
-                    self.ledger.proposed(both)
-                    out.append(both)
+                group = [both] if both is not None else compound.pair(first, then)
+                for e in group:
+                    self.ledger.proposed(e)
+                if group:
+                    out.append(group)
         return out
 
     def check_deferred(self, run: RunResult, caps: frozenset[str]) -> RunResult:

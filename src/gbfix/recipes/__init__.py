@@ -31,6 +31,7 @@ _MODULES = (
     "while_loop",  # a `while` on a tensor test: torch.while_loop over the names it carries
     "explicit_break",
     "shapes",
+    "size_item",  # a tensor given as a size read with .item(): joined with capture_scalar_outputs
     "masked_assign",  # `A[M] = B[M]`: torch.where written into A, before the config route
     "dispatch",
     "expert_loop",
