@@ -29,6 +29,7 @@ import libcst as cst
 from gbfix import generated, recipes
 from gbfix.edits import Replace
 from gbfix.locate import ParsedFile
+from gbfix.recipes.tree import walk
 from gbfix.records import Edit
 
 
@@ -58,12 +59,26 @@ def joined(first: Edit, then: Edit, before: ParsedFile, middle: ParsedFile, edit
     )
 
 
-def pair(first: Edit, then: Edit) -> list[Edit]:
+def pair(first: Edit, then: Edit, before: ParsedFile) -> list[Edit]:
     """``first`` and a process-wide ``then`` (a Dynamo setting in the entry script) as a
     group verified in one trial, ``then`` counted for ``first``'s site; [] for any other
-    ``then``, which must share ``first``'s function (``joined``)."""
+    ``then``, which must share ``first``'s function (``joined``).
+
+    ``then`` was computed on the text with ``first`` applied; in ``first``'s own file (a
+    script that is its own entry) it is tied to the same node of ``before``, which it
+    must lie above."""
     if not recipes.named(then.recipe).process_wide:
         return []
+    if then.path == first.path:
+        if then.end > first.start:
+            return []
+        original = next((
+            n for n in walk(before.module)
+            if type(n) is type(then.original) and before.span(n) == (then.start, then.end) and n.deep_equals(then.original)
+        ), None)
+        if original is None:
+            return []
+        then = replace(then, original=original)
     return [first, replace(then, site=first.site)]
 
 

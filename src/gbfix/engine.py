@@ -594,7 +594,7 @@ class _Session:
                     continue
                 then = rw.edit(next(self.ids), then_site, recipe, middle.parsed(then_site.path))
                 both = compound.joined(first, then, rnd.locator.parsed(first.path), middle.parsed(first.path), next(self.ids))
-                group = [both] if both is not None else compound.pair(first, then)
+                group = [both] if both is not None else compound.pair(first, then, rnd.locator.parsed(first.path))
                 for e in group:
                     self.ledger.proposed(e)
                 if group:

@@ -1,0 +1,48 @@
+"""item-for-size for real (tests/fixtures/size_item): a module with two tensors given as
+sizes (bloom's key length, read in three places; funnel's arange bounds), compiled from
+an entry script. Each read alone only moves its break, and capture_scalar_outputs alone
+makes torch 2.13 fail inside (PendingUnbackedSymbolNotFound): the reads and the setting
+are verified together, in one trial (compound.pair)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gbfix import engine
+from gbfix.entry import parse as parse_entry
+
+FIXTURE = Path(__file__).parent / "fixtures" / "size_item"
+
+
+@pytest.fixture(scope="module")
+def fixed(tmp_path_factory) -> tuple[engine.Result, Path]:
+    work = tmp_path_factory.mktemp("size_item")
+    shutil.copytree(FIXTURE, work, dirs_exist_ok=True)
+    return engine.fix([work.resolve()], parse_entry("python main.py", work), engine.Options()), work.resolve()
+
+
+def test_the_reads_and_the_setting_are_kept_together(fixed):
+    result, work = fixed
+    assert {(f.line, f.code): f.status for f in result.findings} == {
+        (16, "GB0033"): "fixed", (17, "GB0124"): "fixed", (28, "GB0033"): "fixed",
+    }
+    assert result.remaining == 0
+    applied = sorted(o.edit.recipe for o in result.outcomes if o.status == "applied")
+    assert applied == ["capture-scalar-outputs", "item-for-size", "item-for-size"]
+    # the setting alone was tried first and failed inside torch: that is why it needs the reads
+    assert any(
+        o.edit.recipe == "capture-scalar-outputs" and "PendingUnbackedSymbolNotFound" in o.detail
+        for o in result.outcomes if o.status == "rejected:output-mismatch"
+    )
+
+
+def test_the_diff(fixed):
+    result, work = fixed
+    model = result.fixed[work / "model.py"].decode()
+    assert "        kv_length = (cache_position[-1] + 1).item()\n" in model
+    assert "    return torch.arange(max_dist.item(), (min_dist - 1).item(), -stride, dtype=torch.long, device=pos.device)\n" in model
+    assert model.count(".item()") == 3
+    assert "torch._dynamo.config.capture_scalar_outputs = True\n" in result.fixed[work / "main.py"].decode()
