@@ -82,6 +82,28 @@ def test_spellings_of_a_size(body, needle, expected):
     assert out is not None and expected in out
 
 
+@pytest.mark.parametrize(
+    "source, needle, expected",
+    [
+        # a sequence mask from lengths: `lengths` unannotated, but a full reduction of anything
+        # with a `.max()` (a tensor, a numpy array) has `.item()`
+        (
+            "import torch\n\n\ndef seq_mask(lengths):\n    return torch.arange(lengths.max())[None, :] < lengths[:, None]\n",
+            "torch.arange(lengths.max())", "torch.arange(lengths.max().item())[None, :]",
+        ),
+        # the same length bound to a name used twice as a size
+        (
+            "import torch\n\n\ndef seq_mask(lengths, device=None):\n    max_len = lengths.max()\n"
+            "    return torch.arange(max_len, device=device).expand(len(lengths), max_len) < lengths.unsqueeze(1)\n",
+            "torch.arange(max_len, device=device)", "    max_len = lengths.max().item()\n",
+        ),
+    ],
+)
+def test_lengths_as_sizes(source, needle, expected):
+    out = fix(source, needle)
+    assert out is not None and expected in out
+
+
 def test_a_name_also_used_otherwise_is_read_at_the_size():
     # `kv_length * 0.5` would become a Python float: the binding stays a tensor
     source = CACHE.replace("return w.softmax(-1).view(b * h, q, kv_length)", "return w.softmax(-1) * (kv_length * 0.5)")

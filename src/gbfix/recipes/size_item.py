@@ -35,6 +35,8 @@ from gbfix.recipes.vocabulary import words
 _SIZE_METHODS = words("view reshape expand repeat tile new_zeros new_ones new_empty narrow")
 _SIZE_FUNCTIONS = words("torch.arange torch.zeros torch.ones torch.empty torch.rand torch.randn torch.eye")
 _SIZE_KEYWORDS = words("start end step length")
+# Full reductions (no argument): a 0-dim tensor for a tensor, a numpy scalar for an array.
+_READS = words("max min amax amin sum prod argmax argmin count_nonzero")
 # Int arithmetic that keeps a size a size: `n - 1`, `2 * n`, `n // 2`.
 _INT_OPS = (cst.Add, cst.Subtract, cst.Multiply, cst.FloorDivide)
 
@@ -146,6 +148,10 @@ def _tensor_if_evaluated(f: _Facts, e: cst.BaseExpression) -> bool:
     annotated `Optional[Tensor]` is a tensor or a TypeError, with or without the read."""
     if f.tensor(e):
         return True
+    if isinstance(e, cst.Call) and not e.args:
+        recv, method, fn = f.callee(e)
+        if recv is not None and fn is None and method in _READS:
+            return True  # a tensor's or a numpy array's full reduction: either has `.item()`
     if isinstance(e, cst.Subscript):
         return _optional_tensor_param(f, e.value)
     if isinstance(e, cst.BinaryOperation) and isinstance(e.operator, _INT_OPS):
