@@ -40,24 +40,34 @@ CACHE = """
 def test_a_name_used_only_as_a_size_is_read_where_it_is_bound(needle, code):
     # both sites (a view size, a slice bound) propose the same one-line edit
     out = fix(CACHE, needle, code)
-    assert "        kv_length = (cache_position[-1] + 1).item()\n" in out
-    assert out.count(".item()") == 1
+    # `cache_position[-1]` may have more dims: converted as the size does, by __index__
+    assert "        kv_length = operator.index(cache_position[-1] + 1)\n" in out
+    assert out.count("operator.index") == 1
+    assert "\nimport operator\n" in out
 
 
-def test_the_bounds_of_an_arange_are_read_where_they_are_used():
-    # funnel's relative_pos: `pos` is annotated a tensor, so are the bounds made from it
-    source = """
-        import torch
+FUNNEL = """
+    import torch
 
 
-        def relative_pos(pos: torch.Tensor, stride: int, pooled_pos=None, shift: int = 1) -> torch.Tensor:
-            if pooled_pos is None:
-                pooled_pos = pos
-            ref_point = pooled_pos[0] - pos[0]
-            max_dist = ref_point + shift * len(pooled_pos) * stride
-            min_dist = pooled_pos[0] - pos[-1]
-            return torch.arange(max_dist, min_dist - 1, -stride, dtype=torch.long, device=pos.device)
-    """
+    def relative_pos(pos: torch.Tensor, stride: int, pooled_pos=None, shift: int = 1) -> torch.Tensor:
+        if pooled_pos is None:
+            pooled_pos = pos
+        ref_point = pooled_pos[0] - pos[0]
+        max_dist = ref_point + shift * len(pooled_pos) * stride
+        min_dist = pooled_pos[0] - pos[-1]
+        return torch.arange(max_dist, min_dist - 1, -stride, dtype=torch.long, device=pos.device)
+"""
+
+
+def test_an_arange_bound_not_shown_0_dim_is_declined():
+    # funnel's relative_pos: `pos[0]` may be a one-element 1-dim tensor, which arange refuses
+    # (TypeError) and `.item()` would take
+    assert fix(FUNNEL, "torch.arange(max_dist") is None
+
+
+def test_an_arange_bound_shown_0_dim_is_read_with_item():
+    source = FUNNEL.replace("pos[0] - pos[0]", "pos.min() - pos.min()").replace("pooled_pos[0] - pos[-1]", "pooled_pos.min() - pos.max()")
     out = fix(source, "torch.arange(max_dist")
     # `-stride` is an int parameter: left as it is
     assert "    return torch.arange(max_dist.item(), (min_dist - 1).item(), -stride, dtype=torch.long, device=pos.device)\n" in out
@@ -67,13 +77,13 @@ def test_the_bounds_of_an_arange_are_read_where_they_are_used():
     "body, needle, expected",
     [
         # a method's tuple of sizes
-        ("n = x.sum(0).long()[0]\nreturn x.reshape((n, -1))", "x.reshape((n", "x.reshape((n.item(), -1))"),
+        ("n = x.sum(0).long()[0]\nreturn x.reshape((n, -1))", "x.reshape((n", "x.reshape((operator.index(n), -1))"),
         # a new tensor's size
-        ("return x.new_zeros(t.max() + 1)", "x.new_zeros(", "x.new_zeros((t.max() + 1).item())"),
+        ("return x.new_zeros(t.max() + 1)", "x.new_zeros(", "x.new_zeros((t.max() + 1).item())"),  # 0-dim: .item()
         # range() over a count
         ("return [x[i] for i in range(t.sum())]", "range(t.sum())", "range(t.sum().item())"),
         # a slice's lower bound and step
-        ("return x[t.argmax():]", "x[t.argmax():]", "x[t.argmax().item():]"),
+        ("return x[t.argmax():]", "x[t.argmax():]", "x[operator.index(t.argmax()):]"),
     ],
 )
 def test_spellings_of_a_size(body, needle, expected):
@@ -109,7 +119,7 @@ def test_a_name_also_used_otherwise_is_read_at_the_size():
     source = CACHE.replace("return w.softmax(-1).view(b * h, q, kv_length)", "return w.softmax(-1) * (kv_length * 0.5)")
     out = fix(source, "scores.view(b, h, q, kv_length)")
     assert "kv_length = cache_position[-1] + 1\n" in out
-    assert "w = scores.view(b, h, q, kv_length.item())" in out
+    assert "w = scores.view(b, h, q, operator.index(kv_length))" in out
 
 
 @pytest.mark.parametrize(

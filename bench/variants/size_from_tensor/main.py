@@ -19,8 +19,8 @@ class CachedAttention(torch.nn.Module):
 
 def relative_offsets(pos: torch.Tensor, stride: int) -> torch.Tensor:
     # Offsets between pooled and full positions, largest first (Funnel-style).
-    hi = pos[-1] - pos[0] + stride
-    lo = pos[0] - pos[-1]
+    hi = pos.max() - pos.min() + stride
+    lo = pos.min() - pos.max()
     return torch.arange(hi, lo - 1, -stride)
 
 

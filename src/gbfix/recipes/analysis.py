@@ -411,7 +411,7 @@ def number_evidence(ctx: SiteContext, expr: cst.BaseExpression, scope: cst.CSTNo
     parameter annotated or defaulting to a number, an attribute every method of the
     class sets to such a value, or a name bound once to one of these. A bare name
     with nothing behind it may be a tensor of any shape and dtype."""
-    if _depth > 4:
+    if _depth > 6:  # a chain of three local names, each bound to arithmetic
         return False
     again = functools.partial(number_evidence, ctx, scope=scope, _depth=_depth + 1)
     if isinstance(expr, (cst.Integer, cst.Float)):

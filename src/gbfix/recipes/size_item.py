@@ -1,23 +1,30 @@
-"""GB0033 / GB0124: a tensor given where Python wants an int (a size, a slice bound, an
-`arange` bound), read with `.item()`.
+"""GB0033 / GB0124: a tensor given where Python wants a number (a size, a slice bound, an
+`arange` bound), converted explicitly.
 
-    kv_length = cache_position[-1] + 1             kv_length = (cache_position[-1] + 1).item()
+    kv_length = cache_position[-1] + 1             kv_length = operator.index(cache_position[-1] + 1)
     w = scores.view(b, h, q, kv_length)      ->    w = scores.view(b, h, q, kv_length)
     w = w + mask[:, :, :, :kv_length]              w = w + mask[:, :, :, :kv_length]
 
-    return torch.arange(hi, lo - 1, -s)      ->    return torch.arange(hi.item(), (lo - 1).item(), -s)
+    return torch.arange(n.max())             ->    return torch.arange(n.max().item())
 
-Python converts the tensor itself (``__index__``, or arange's number parsing); Dynamo
-breaks there, and with ``capture_scalar_outputs`` on, torch 2.13 fails inside
-(PendingUnbackedSymbolNotFound) where it converts on its own. An explicit `.item()` is
-the same number (an int for an integer tensor, a float for a floating one, which arange
-takes as it took the tensor) and traces as a symbolic scalar with that setting. So the
-edit moves the break to the read and is only tried joined with the setting
-(``gbfix.compound``), or alone where the program sets it already.
+Python converts the tensor itself there: a size or a slice bound through ``__index__``, an
+`arange` bound through torch's number parsing. Dynamo breaks on it, and with
+``capture_scalar_outputs`` on, torch 2.13 may fail inside instead
+(PendingUnbackedSymbolNotFound). Written out, the conversion traces as a symbolic scalar
+with that setting, and it is the same conversion:
 
-Only arguments the source shows to be tensors are read: `.item()` of a Python number
-would raise. A name bound once and used only in such places (at least twice) is read
-where it is bound; anything else where it is used.
+- ``operator.index(t)`` is what a size or a slice bound does with ``t``: the same int,
+  and the same TypeError for a tensor of more than one element or of a floating dtype
+  (``t.item()`` would raise RuntimeError, or return a float);
+- ``t.item()`` where `arange` takes a number, only for ``t`` shown to be 0-dim (a full
+  reduction): arange takes no other tensor, and ``.item()`` of a one-element 1-dim
+  tensor would turn its TypeError into a range.
+
+The edit moves the break to the conversion, so it is only tried together with the
+setting (``gbfix.compound.pair``), or alone where the program sets it already. Only
+arguments shown to be tensors are converted. A name bound once and used only in such
+places (twice or more) is converted where it is bound, when nothing between the binding
+and its first use has effects (a TypeError then comes earlier, with nothing skipped).
 """
 
 from __future__ import annotations
@@ -25,15 +32,18 @@ from __future__ import annotations
 import libcst as cst
 
 from gbfix import edits
-from gbfix.recipes.analysis import is_builtin, single_binding
+from gbfix.recipes.analysis import is_builtin, number_evidence, pure, scope_of, single_binding
 from gbfix.recipes.base import Decline, Recipe, Replacement, SiteContext
 from gbfix.recipes.scalar import _INT_ANNOTATIONS, _TENSOR_ANNOTATIONS, _Facts
-from gbfix.recipes.tree import walk
+from gbfix.recipes.tree import variables
 from gbfix.recipes.vocabulary import words
 
-# Methods and torch functions whose positional arguments are all sizes (or a tuple of them).
+# Methods and torch functions whose positional arguments are all sizes (or a tuple of them),
+# each converted by __index__.
 _SIZE_METHODS = words("view reshape expand repeat tile new_zeros new_ones new_empty narrow")
-_SIZE_FUNCTIONS = words("torch.arange torch.zeros torch.ones torch.empty torch.rand torch.randn torch.eye")
+_SIZE_FUNCTIONS = words("torch.zeros torch.ones torch.empty torch.rand torch.randn torch.eye")
+# torch.arange's bounds are numbers: a 0-dim tensor's value, int or float.
+_NUMBER_FUNCTIONS = words("torch.arange")
 _SIZE_KEYWORDS = words("start end step length")
 # Full reductions (no argument): a 0-dim tensor for a tensor, a numpy scalar for an array.
 _READS = words("max min amax amin sum prod argmax argmin count_nonzero")
@@ -46,29 +56,48 @@ class SizeItem(Recipe):
     codes = ("GB0033", "GB0124")
     safety = "safe"
     requires = frozenset({"config.capture_scalar_outputs"})
-    alone = False  # the `.item()` breaks until capture_scalar_outputs is on
-    summary = "read a tensor given as a size or slice bound with .item(), which capture_scalar_outputs traces"
+    alone = False  # the conversion breaks until capture_scalar_outputs is on
+    summary = (
+        "convert a tensor given as a size or slice bound explicitly (operator.index, or .item() of a 0-dim tensor "
+        "for an arange bound), which capture_scalar_outputs traces"
+    )
     rule = "GB0033"
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
         f = _Facts(ctx)
-        consumer = next((n for n in (ctx.node, *ctx.ancestors()) if _size_places(f, n)), None)
+        consumer = next((n for n in (ctx.node, *ctx.ancestors()) if _places(f, n)), None)
         if consumer is None:
             return None
-        tensors = [e for e in _size_places(f, consumer) if _tensor_if_evaluated(f, e)]
-        if not tensors:
-            raise Decline("no size or slice bound here is shown to be a tensor (`.item()` of a Python number raises)")
+        places = [(e, number) for e, number in _places(f, consumer) if _tensor_if_evaluated(f, e)]
+        if not places:
+            raise Decline("no size or slice bound here is shown to be a tensor")
+        if not _operator_module(ctx, consumer):
+            raise Decline("the name `operator` is bound to something else here")
         self._reads: dict[int, cst.BaseExpression] = {}
-        if len(tensors) == 1 and (bound := self._bound_once(ctx, f, tensors[0])) is not None:
-            self._reads[id(bound)] = bound
+        if len(places) == 1 and (bound := self._bound_once(ctx, f, places[0][0])) is not None:
+            self._reads[id(bound)] = self._convert(f, bound, any_number=self._numbers)
             return ctx.enclosing(cst.SimpleStatementLine, node=bound)
-        self._reads = {id(e): e for e in tensors}
+        for e, number in places:
+            self._reads[id(e)] = self._convert(f, e, any_number=number)
         return consumer
 
-    @staticmethod
-    def _bound_once(ctx: SiteContext, f: _Facts, e: cst.BaseExpression) -> cst.BaseExpression | None:
+    def _convert(self, f: _Facts, e: cst.BaseExpression, any_number: bool) -> cst.Call:
+        """``e`` converted as its places convert it (``any_number``: one is an arange bound)."""
+        # a tensor (the caller showed it) that is a number or a 0-dim tensor: 0-dim
+        if f.zero_dim(e) or number_evidence(f.ctx, e, scope_of(f.ctx, e)):
+            return cst.Call(cst.Attribute(_atom(e), cst.Name("item")))
+        if any_number:
+            raise Decline(
+                f"`{f.ctx.code(e)}` is an arange bound not shown to be 0-dim: arange takes no other tensor, "
+                "and `.item()` of a one-element tensor would turn its TypeError into a range"
+            )
+        return cst.Call(cst.Attribute(cst.Name("operator"), cst.Name("index")), [cst.Arg(e)])
+
+    def _bound_once(self, ctx: SiteContext, f: _Facts, e: cst.BaseExpression) -> cst.BaseExpression | None:
         """The value of `name = value` when ``e`` is that name, the function binds it only
-        there, and every use of it is a size place (two at least: else the use is as small)."""
+        there, on a line of its own, every use of it is a size place (two at least: else
+        the use is as small), and the statements between the binding and the first use
+        have no effects. Sets ``_numbers``: a use is an arange bound."""
         fn = ctx.enclosing(cst.FunctionDef)
         if not isinstance(e, cst.Name) or fn is None:
             return None
@@ -77,81 +106,103 @@ class SizeItem(Recipe):
             return None
         assign = ctx.file.parent(value)
         line = ctx.file.parent(assign) if isinstance(assign, cst.Assign) else None
-        if not isinstance(line, cst.SimpleStatementLine) or ctx.enclosing(cst.FunctionDef, node=line) is not fn:
-            return None  # `name = value` on a line of its own, not in a nested function
-        uses = [n for n in walk(fn) if isinstance(n, cst.Name) and n.value == e.value and _is_load(ctx, n)]
-        if len(uses) < 2 or not all(_in_size_place(f, n) for n in uses):
+        block = ctx.file.parent(line) if isinstance(line, cst.SimpleStatementLine) else None
+        if not isinstance(block, cst.IndentedBlock) or ctx.enclosing(cst.FunctionDef, node=line) is not fn:
             return None
+        targets = {id(t.target) for t in assign.targets}
+        uses = [n for n in variables(fn) if n.value == e.value and id(n) not in targets]
+        kinds = [_place_kind(f, n) for n in uses]
+        if len(uses) < 2 or None in kinds:
+            return None
+        self._numbers = "number" in kinds
+        first = min(ctx.file.span(n)[0] for n in uses)
+        between = block.body[block.body.index(line) + 1:]
+        for stmt in between:
+            if ctx.file.span(stmt)[1] >= first:
+                break
+            if not pure(stmt):
+                return None
         return value
 
     def rewrite(self, node: cst.CSTNode) -> Replacement | None:
-        return node.visit(edits.Replace({k: _item(v) for k, v in self._reads.items()}))
+        if any(isinstance(c.func, cst.Attribute) and c.func.attr.value == "index" for c in self._reads.values()):
+            self.need_import("operator")
+        return node.visit(edits.Replace(self._reads))
 
 
-def _item(e: cst.BaseExpression) -> cst.Call:
-    if not isinstance(e, (cst.Name, cst.Attribute, cst.Subscript, cst.Call)) and not e.lpar:
-        e = e.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-    return cst.Call(cst.Attribute(e, cst.Name("item")))
+def _operator_module(ctx: SiteContext, node: cst.CSTNode) -> bool:
+    """`operator` at ``node`` is the standard module, or nothing yet (the edit imports it)."""
+    scope = ctx.file.scopes.get(node)
+    if scope is None:
+        return False
+    for a in scope["operator"]:
+        up = ctx.file.parent(a.node) if isinstance(a.node, cst.ImportAlias) else None
+        if not (isinstance(up, cst.Import) and a.node.asname is None and ctx.code(a.node.name) == "operator"):
+            return False
+    return True
 
 
-def _size_places(f: _Facts, node: cst.CSTNode) -> list[cst.BaseExpression]:
-    """The expressions ``node`` takes as Python ints: a size call's arguments (and the
-    elements of a tuple given as one), `range`'s, and slice bounds."""
+def _atom(e: cst.BaseExpression) -> cst.BaseExpression:
+    if isinstance(e, (cst.Name, cst.Attribute, cst.Subscript, cst.Call)) or e.lpar:
+        return e
+    return e.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def _places(f: _Facts, node: cst.CSTNode) -> list[tuple[cst.BaseExpression, bool]]:
+    """The expressions ``node`` converts to Python numbers, each with True where it is an
+    arange bound (a number) rather than a size or slice bound (an index): a size call's
+    arguments (and the elements of a tuple given as one), `range`'s, and slice bounds."""
     if isinstance(node, cst.Subscript):
         return [
-            b for el in node.slice if isinstance(el.slice, cst.Slice)
+            (b, False) for el in node.slice if isinstance(el.slice, cst.Slice)
             for b in (el.slice.lower, el.slice.upper, el.slice.step) if b is not None
         ]
     if not isinstance(node, cst.Call):
         return []
     recv, method, fn = f.callee(node)
-    sized = fn in _SIZE_FUNCTIONS or (recv is not None and method in _SIZE_METHODS) or (
+    number = fn in _NUMBER_FUNCTIONS
+    sized = number or fn in _SIZE_FUNCTIONS or (recv is not None and method in _SIZE_METHODS) or (
         isinstance(node.func, cst.Name) and node.func.value == "range" and is_builtin(f.ctx, node.func)
     )
     if not sized:
         return []
-    out: list[cst.BaseExpression] = []
+    out: list[tuple[cst.BaseExpression, bool]] = []
     for a in node.args:
         if a.star:
             return []
         if a.keyword is not None and a.keyword.value not in _SIZE_KEYWORDS:
             continue
         if isinstance(a.value, (cst.Tuple, cst.List)):
-            out.extend(el.value for el in a.value.elements if not isinstance(el, cst.StarredElement))
+            out.extend((el.value, number) for el in a.value.elements if not isinstance(el, cst.StarredElement))
         else:
-            out.append(a.value)
+            out.append((a.value, number))
     return out
 
 
-def _in_size_place(f: _Facts, node: cst.BaseExpression) -> bool:
-    """``node`` is a size place, or int arithmetic with a number that is one."""
+def _place_kind(f: _Facts, node: cst.BaseExpression) -> str | None:
+    """"index" or "number" where ``node`` (or int arithmetic with a literal around it) is
+    converted by a size, slice bound or arange bound; None elsewhere."""
     up = f.parent(node)
     if isinstance(up, cst.BinaryOperation) and isinstance(up.operator, _INT_OPS):
         other = up.right if up.left is node else up.left
-        return isinstance(other, cst.Integer) and _in_size_place(f, up)
+        return _place_kind(f, up) if isinstance(other, cst.Integer) else None
     # the holder: a Subscript (through SubscriptElement, Slice) or a Call (through Arg, Tuple, Element)
-    return any(any(p is node for p in _size_places(f, holder)) for holder in f.ctx.ancestors(node)[:4])
-
-
-def _is_load(ctx: SiteContext, name: cst.Name) -> bool:
-    """A read of the variable, not a binding, keyword or attribute named like it."""
-    up = ctx.file.parent(name)
-    if isinstance(up, cst.Attribute):
-        return up.value is name
-    if isinstance(up, cst.Arg):
-        return up.value is name
-    return not isinstance(up, (cst.AssignTarget, cst.Param))
+    for holder in f.ctx.ancestors(node)[:4]:
+        for e, number in _places(f, holder):
+            if e is node:
+                return "number" if number else "index"
+    return None
 
 
 def _tensor_if_evaluated(f: _Facts, e: cst.BaseExpression) -> bool:
-    """Shown to be a tensor, or to raise before `.item()` could: `p[-1]` of a parameter
-    annotated `Optional[Tensor]` is a tensor or a TypeError, with or without the read."""
+    """Shown to be a tensor, or to raise before a conversion could: `p[-1]` of a parameter
+    annotated `Optional[Tensor]` is a tensor or a TypeError, with or without it."""
     if f.tensor(e):
         return True
     if isinstance(e, cst.Call) and not e.args:
         recv, method, fn = f.callee(e)
         if recv is not None and fn is None and method in _READS:
-            return True  # a tensor's or a numpy array's full reduction: either has `.item()`
+            return True  # a tensor's or a numpy array's full reduction
     if isinstance(e, cst.Subscript):
         return _optional_tensor_param(f, e.value)
     if isinstance(e, cst.BinaryOperation) and isinstance(e.operator, _INT_OPS):
