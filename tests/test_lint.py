@@ -472,6 +472,10 @@ UNSEEN = {
     ("GB0142", "hooks installed lazily, under a lock, on the first call that asks for them"),
     # `t - 1` indexes a table: a tensor only because the timestep passed in is one
     ("GB0033", "a table read one step back from the timestep"),
+    # a size or an arange bound given as a tensor (`view(..., kv_length)`, `[:kv_length]`,
+    # `torch.arange(max_dist, ...)`): lint has no pattern for them
+    ("GB0033", "the key length of a cached attention"),
+    ("GB0033", "the bounds of a relative-position range"),
     # the index is a boolean mask only because `.any(dim=1)` of a tensor is one
     ("GB0036", "each row's end-of-sequence position"),
     ("GB0036", "a buffer's slots updated under a mask over rows"),
