@@ -63,6 +63,7 @@ SUBSET = [
     "tests/test_cli_apply.py",
     "tests/test_fullgraph.py",
     "tests/test_compound.py",
+    "tests/test_size_item_run.py",
     "tests/recipes/test_report_function.py",
     "tests/test_compile_failure.py",
 ]
