@@ -44,3 +44,25 @@ def test_new_helpers_go_after_the_helpers_and_settings_there_already():
     )
     code = add_helpers(module, {"_gbfix_print_op": "_gbfix_print_op = _gbfix_op('print')\n"}).code
     assert code.index("def _gbfix_op(") < code.index("_gbfix_print_op = _gbfix_op(") < code.index("def f(")
+
+
+def test_a_standard_library_import_goes_among_the_standard_library_ones():
+    from gbfix.edits import _with_stdlib_imports
+
+    def placed(code: str, *names: str) -> str | None:
+        out = _with_stdlib_imports(cst.parse_module(code), sorted(names))
+        return None if out is None else out.code
+
+    # in the order of the module names, within the standard library's group
+    assert placed('"""doc."""\nimport logging\nimport warnings\n\nimport torch\n', "operator", "io") == (
+        '"""doc."""\nimport io\nimport logging\nimport operator\nimport warnings\n\nimport torch\n'
+    )
+    assert placed("from typing import Optional\n\nimport torch\n", "operator") == (
+        "import operator\nfrom typing import Optional\n\nimport torch\n"
+    )
+    # no standard-library import yet: a group of its own, first, after `from __future__`
+    assert placed("from __future__ import annotations\n\nimport numpy as np\nimport torch\n", "math") == (
+        "from __future__ import annotations\n\nimport math\n\nimport numpy as np\nimport torch\n"
+    )
+    # no import at the head: left to AddImportsVisitor
+    assert placed('"""doc."""\nx = 1\n', "math") is None

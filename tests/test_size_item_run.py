@@ -45,7 +45,8 @@ def test_the_diff(fixed):
     model = result.fixed[work / "model.py"].decode()
     # `cache_position[-1]` may have more dims than 0: converted as the sizes do, by __index__
     assert "        kv_length = operator.index(cache_position[-1] + 1)\n" in model
-    assert "\nimport operator\n" in model
+    # with the standard library's imports, in order: before `from typing import Optional`
+    assert model.startswith("import operator\nfrom typing import Optional\n")
     # full reductions are 0-dim: .item() gives arange the number it took from the tensor
     assert "    return torch.arange(max_dist.item(), (min_dist - 1).item(), -stride, dtype=torch.long, device=pos.device)\n" in model
     assert model.count(".item()") == 2

@@ -884,7 +884,7 @@ def test_warn_op_keeps_a_multiline_call_layout():
 
 def test_warn_op_helper_and_imports():
     out = rewrite_line(WARN_MODULE.replace("{stmt}", 'warnings.warn("m")'), WarnToOp, "warnings.warn(", "GB0007", capabilities=ALL_CAPABILITIES)
-    assert out.startswith("import warnings\n\nimport torch\nimport io\nimport sys\n\n\n# Ops named after this module")
+    assert out.startswith("import io\nimport sys\nimport warnings\n\nimport torch\n\n\n# Ops named after this module")
     assert "builtins" not in out and "globals()[" not in out
     assert out.count("def gbfix_warn(") == 1
     assert "    warnings.warn_explicit(\n" in out
