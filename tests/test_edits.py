@@ -47,10 +47,10 @@ def test_new_helpers_go_after_the_helpers_and_settings_there_already():
 
 
 def test_a_standard_library_import_goes_among_the_standard_library_ones():
-    from gbfix.edits import _with_stdlib_imports
+    from gbfix.recipes.layout import with_stdlib_imports
 
     def placed(code: str, *names: str) -> str | None:
-        out = _with_stdlib_imports(cst.parse_module(code), sorted(names))
+        out = with_stdlib_imports(cst.parse_module(code), sorted(names))
         return None if out is None else out.code
 
     # in the order of the module names, within the standard library's group

@@ -13,7 +13,7 @@ from libcst.codemod.visitors import AddImportsVisitor
 
 from gbfix import generated, recipes
 from gbfix.locate import ParsedFile
-from gbfix.recipes.layout import add_helpers
+from gbfix.recipes.layout import add_helpers, with_stdlib_imports
 from gbfix.records import Edit
 
 
@@ -64,7 +64,7 @@ def apply(parsed: ParsedFile, edits: Iterable[Edit]) -> bytes:
         module = add_helpers(module, local)
     imports = [imp for imp in dict.fromkeys(imports) if not _imported(module, *imp)]
     stdlib = sorted(mod for mod, name in imports if name is None and mod in sys.stdlib_module_names)
-    if stdlib and (placed := _with_stdlib_imports(module, stdlib)) is not None:
+    if stdlib and (placed := with_stdlib_imports(module, stdlib)) is not None:
         module = placed
         imports = [imp for imp in imports if imp[0] not in stdlib or imp[1] is not None]
     if imports:
@@ -87,74 +87,6 @@ def _local_imports(parsed: ParsedFile, edits: list[Edit], home: generated.Home) 
         public = generated.called([n for n, _ in e.helpers])
         names.setdefault(id(fn), (fn, []))[1].extend(public)
     return {key: generated.import_statement(home, sorted(set(public))) for key, (_, public) in names.items() if public}
-
-
-def _with_stdlib_imports(module: cst.Module, names: list[str]) -> cst.Module | None:
-    """``module`` with `import <name>` for each standard-library module of ``names``, among
-    its standard-library imports at the head of the file, in the order of their module
-    names; else before its first other import, a blank line between (isort's sections).
-    None where the head has no import (AddImportsVisitor places it then)."""
-    for name in names:
-        body = list(module.body)
-        head: list[int] = []
-        for i, stmt in enumerate(body):
-            if i == 0 and _docstring(stmt):
-                continue
-            if not (isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)):
-                break
-            head.append(i)
-        if not head:
-            return None
-        line = cst.SimpleStatementLine([cst.Import([cst.ImportAlias(cst.Name(name))])])
-        std = [i for i in head if _stdlib_line(body[i])]
-        after = [i for i in std if _module_of(body[i]) > name]
-        if std and not after:
-            at, gap = std[-1] + 1, False
-        elif std:
-            at, gap = after[0], False
-        else:
-            at, gap = next((i for i in head if not _future_line(body[i])), head[-1] + 1), True
-        if at in head:  # the new line goes first in its group: it takes the group's leading lines
-            line = line.with_changes(leading_lines=body[at].leading_lines)
-            body[at] = body[at].with_changes(leading_lines=[cst.EmptyLine()] if gap else [])
-        module = module.with_changes(body=[*body[:at], line, *body[at:]])
-    return module
-
-
-def _module_of(stmt: cst.BaseStatement) -> str:
-    """The module an import line names first (`a.b` of `import a.b` and of `from a.b import c`)."""
-    assert isinstance(stmt, cst.SimpleStatementLine)
-    s = stmt.body[0]
-    if isinstance(s, cst.Import):
-        return _EMPTY.code_for_node(s.names[0].name)
-    assert isinstance(s, cst.ImportFrom)
-    return _EMPTY.code_for_node(s.module) if s.module is not None else ""
-
-
-def _docstring(stmt: cst.CSTNode) -> bool:
-    return isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.Expr) and isinstance(
-        stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString)
-    )
-
-
-def _future_line(stmt: cst.BaseStatement) -> bool:
-    return isinstance(stmt, cst.SimpleStatementLine) and any(isinstance(s, cst.ImportFrom) and s.module is not None and _EMPTY.code_for_node(s.module) == "__future__" for s in stmt.body)
-
-
-def _stdlib_line(stmt: cst.BaseStatement) -> bool:
-    """Every import of the line is of a standard-library module (`__future__` aside)."""
-    if not isinstance(stmt, cst.SimpleStatementLine):
-        return False
-    for s in stmt.body:
-        if isinstance(s, cst.Import):
-            tops = [_EMPTY.code_for_node(a.name).split(".")[0] for a in s.names]
-        elif isinstance(s, cst.ImportFrom) and not s.relative and s.module is not None:
-            tops = [_EMPTY.code_for_node(s.module).split(".")[0]]
-        else:
-            return False
-        if any(t == "__future__" or t not in sys.stdlib_module_names for t in tops):
-            return False
-    return True
 
 
 def _imported(module: cst.Module, mod: str, name: str | None) -> bool:

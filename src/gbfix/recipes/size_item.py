@@ -74,9 +74,10 @@ class SizeItem(Recipe):
         if not _operator_module(ctx, consumer):
             raise Decline("the name `operator` is bound to something else here")
         self._reads: dict[int, cst.BaseExpression] = {}
-        if len(places) == 1 and (bound := self._bound_once(ctx, f, places[0][0])) is not None:
-            self._reads[id(bound)] = self._convert(f, bound, any_number=self._numbers)
-            return ctx.enclosing(cst.SimpleStatementLine, node=bound)
+        if len(places) == 1 and (bound := _bound_once(ctx, f, places[0][0])) is not None:
+            value, numbers = bound
+            self._reads[id(value)] = self._convert(f, value, any_number=numbers)
+            return ctx.enclosing(cst.SimpleStatementLine, node=value)
         for e, number in places:
             self._reads[id(e)] = self._convert(f, e, any_number=number)
         return consumer
@@ -93,41 +94,41 @@ class SizeItem(Recipe):
             )
         return cst.Call(cst.Attribute(cst.Name("operator"), cst.Name("index")), [cst.Arg(e)])
 
-    def _bound_once(self, ctx: SiteContext, f: _Facts, e: cst.BaseExpression) -> cst.BaseExpression | None:
-        """The value of `name = value` when ``e`` is that name, the function binds it only
-        there, on a line of its own, every use of it is a size place (two at least: else
-        the use is as small), and the statements between the binding and the first use
-        have no effects. Sets ``_numbers``: a use is an arange bound."""
-        fn = ctx.enclosing(cst.FunctionDef)
-        if not isinstance(e, cst.Name) or fn is None:
-            return None
-        value = single_binding(fn, e.value)
-        if value is None or not _tensor_if_evaluated(f, value):
-            return None
-        assign = ctx.file.parent(value)
-        line = ctx.file.parent(assign) if isinstance(assign, cst.Assign) else None
-        block = ctx.file.parent(line) if isinstance(line, cst.SimpleStatementLine) else None
-        if not isinstance(block, cst.IndentedBlock) or ctx.enclosing(cst.FunctionDef, node=line) is not fn:
-            return None
-        targets = {id(t.target) for t in assign.targets}
-        uses = [n for n in variables(fn) if n.value == e.value and id(n) not in targets]
-        kinds = [_place_kind(f, n) for n in uses]
-        if len(uses) < 2 or None in kinds:
-            return None
-        self._numbers = "number" in kinds
-        first = min(ctx.file.span(n)[0] for n in uses)
-        between = block.body[block.body.index(line) + 1:]
-        for stmt in between:
-            if ctx.file.span(stmt)[1] >= first:
-                break
-            if not pure(stmt):
-                return None
-        return value
-
     def rewrite(self, node: cst.CSTNode) -> Replacement | None:
         if any(isinstance(c.func, cst.Attribute) and c.func.attr.value == "index" for c in self._reads.values()):
             self.need_import("operator")
         return node.visit(edits.Replace(self._reads))
+
+
+def _bound_once(ctx: SiteContext, f: _Facts, e: cst.BaseExpression) -> tuple[cst.BaseExpression, bool] | None:
+    """The value of `name = value` when ``e`` is that name, the function binds it only
+    there, on a line of its own, every use of it is a size place (two at least: else
+    the use is as small), and the statements between the binding and the first use
+    have no effects; with whether a use is an arange bound."""
+    fn = ctx.enclosing(cst.FunctionDef)
+    if not isinstance(e, cst.Name) or fn is None:
+        return None
+    value = single_binding(fn, e.value)
+    if value is None or not _tensor_if_evaluated(f, value):
+        return None
+    assign = ctx.file.parent(value)
+    line = ctx.file.parent(assign) if isinstance(assign, cst.Assign) else None
+    block = ctx.file.parent(line) if isinstance(line, cst.SimpleStatementLine) else None
+    if not isinstance(block, cst.IndentedBlock) or ctx.enclosing(cst.FunctionDef, node=line) is not fn:
+        return None
+    targets = {id(t.target) for t in assign.targets}
+    uses = [n for n in variables(fn) if n.value == e.value and id(n) not in targets]
+    kinds = [_place_kind(f, n) for n in uses]
+    if len(uses) < 2 or None in kinds:
+        return None
+    first = min(ctx.file.span(n)[0] for n in uses)
+    between = block.body[block.body.index(line) + 1:]
+    for stmt in between:
+        if ctx.file.span(stmt)[1] >= first:
+            break
+        if not pure(stmt):
+            return None
+    return value, "number" in kinds
 
 
 def _operator_module(ctx: SiteContext, node: cst.CSTNode) -> bool:
