@@ -160,3 +160,41 @@ def test_joined_declines_edits_of_two_files():
     before, middle, first, then = _steps(SOURCE)
     elsewhere = type(then)(**{**then.__dict__, "file": Path("/virtual/other.py")})
     assert compound.joined(first, elsewhere, before, middle, 3) is None
+
+
+# ---------------------------------------------------------------- a setting first, then its guard
+
+COND_REST = Path(__file__).parent / "fixtures" / "cond_rest"
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory) -> tuple[engine.Result, Path]:
+    """tests/fixtures/cond_rest: `kept = boxes[keep]` in an imported module, then an early
+    return when nothing is kept; the entry script compiles it."""
+    work = tmp_path_factory.mktemp("cond_rest")
+    shutil.copytree(COND_REST, work, dirs_exist_ok=True)
+    return engine.fix([work / "detect.py", work / "main.py"], parse_entry("python main.py", work), engine.Options()), work
+
+
+def test_a_setting_that_moves_the_break_is_kept_with_the_fix_of_its_guard(guarded):
+    result, work = guarded
+    applied = sorted(o.edit.recipe for o in result.outcomes if o.status == "applied")
+    assert applied == ["branch-to-cond", "capture-dynamic-output-shape-ops"]
+    assert result.remaining == 0
+    # tried alone first: the selection traced, the break moved to the length test
+    assert any(
+        o.edit.recipe == "capture-dynamic-output-shape-ops" and o.status == "rejected:new-break" for o in result.outcomes
+    )
+    detect = result.fixed[(work / "detect.py").resolve()].decode()
+    assert (
+        "    def otherwise(kept):\n"
+        "        kept = kept * scale\n"
+        "        kept_scores = scores[keep]\n"
+        "        return kept.clamp(min=0), kept_scores.clone()\n"
+        "\n"
+        "    return torch.cond(\n"
+        "        kept.numel() == 0,\n"
+        "        lambda kept: (boxes.new_zeros((0, 4)), scores.new_zeros(0)),\n"
+    ) in detect
+    main = result.fixed[(work / "main.py").resolve()].decode()
+    assert "torch._dynamo.config.capture_dynamic_output_shape_ops = True\n" in main

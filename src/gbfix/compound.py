@@ -13,7 +13,9 @@ with the first edit:
 - a Dynamo setting in the entry script (``pair``): the two edits as a group, verified in
   one trial; the first alone fails again (its break only moved), so it is kept only with
   the setting. An `.item()` written where a size takes a tensor needs
-  ``capture_scalar_outputs`` this way.
+  ``capture_scalar_outputs`` this way. The other way round, a setting that moved the
+  break (``capture_dynamic_output_shape_ops``: `x[mask]` traced, then `if len(...) == 0:`
+  breaks) is kept with the fix of the guard (a torch.cond).
 
 The verifier then judges the pair as it judges any edit: the first edit's site gone, no
 break new, the program's behaviour unchanged.
@@ -61,12 +63,23 @@ def joined(first: Edit, then: Edit, before: ParsedFile, middle: ParsedFile, edit
 
 def pair(first: Edit, then: Edit, before: ParsedFile) -> list[Edit]:
     """``first`` and a process-wide ``then`` (a Dynamo setting in the entry script) as a
-    group verified in one trial, ``then`` counted for ``first``'s site; [] for any other
-    ``then``, which must share ``first``'s function (``joined``).
+    group verified in one trial, ``then`` counted for ``first``'s site; a process-wide
+    ``first`` and the fix of the break it moved to, in another file, likewise; [] for any
+    other ``then``, which must share ``first``'s function (``joined``).
 
     ``then`` was computed on the text with ``first`` applied; in ``first``'s own file (a
     script that is its own entry) it is tied to the same node of ``before``, which it
     must lie above."""
+    if recipes.named(first.recipe).process_wide and not recipes.named(then.recipe).process_wide:
+        # a setting that moved the break (`nonzero` traced, the guard on its length next):
+        # the fix of that guard, in the script below the setting, tied back to the unedited text
+        if then.path == first.path:
+            same = [n for n in walk(before.module) if type(n) is type(then.original) and n.deep_equals(then.original)]
+            if len(same) != 1 or before.span(same[0])[0] < first.end:
+                return []
+            start, end = before.span(same[0])
+            then = replace(then, original=same[0], start=start, end=end)
+        return [then, first]
     if not recipes.named(then.recipe).process_wide:
         return []
     if then.path == first.path:

@@ -415,7 +415,7 @@ class _Session:
 
     def reject(self, edit: Edit, status: Status, detail: str, rnd: _Round) -> None:
         self.outcomes.append(Outcome(edit, status, detail))
-        if status == "rejected:new-break" and not edit.also and not _is_global(edit):
+        if status == "rejected:new-break" and not edit.also:
             self.moved.setdefault(self.ledger.site_of(edit), []).append(edit.recipe)
         # An edit around other breaks (a torch.cond whose branch holds a dynamic-shape
         # op) may fail because of them: it is tried again once the file has changed.
@@ -578,8 +578,8 @@ class _Session:
             self.outcomes.append(Outcome(first, "rejected:output-mismatch", diff))
             return []
         moved = rnd.moved_to(placed, first)
-        if not moved:  # it needs no partner after all: verified as it is
-            return [[first]]
+        if not moved:  # it needs no partner after all: verified as it is (a setting's break went elsewhere)
+            return [] if _is_global(first) else [[first]]
         middle = rnd.locator.edited(self._edited([first], rnd.locator))
         out: list[list[Edit]] = []
         for tb in moved[:1]:  # where the break went first

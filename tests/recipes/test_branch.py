@@ -822,7 +822,6 @@ COND_DECLINES = {
     "returns a constant": "if x.sum() > 0:\n        return 0.0\n    return x * 2",
     "bare return": "if x.sum() > 0:\n        return\n    return x * 2",
     "two statements in the arm": "if x.sum() > 0:\n        y = x * 2\n        return y\n    return x",
-    "followed by a statement": "if x.sum() > 0:\n        return x * 2\n    x = x + 1\n    return x",
     "nothing follows": "if x.sum() > 0:\n        return x * 2",
     "submodule call": "if x.sum() > 0:\n        return self.proj(x)\n    return x * 2",
     "print in an arm": "if x.sum() > 0:\n        return print(x)\n    return x * 2",
@@ -833,6 +832,129 @@ COND_DECLINES = {
 @pytest.mark.parametrize("case", COND_DECLINES)
 def test_cond_declines(case):
     source = f"def f(self, x, flag):\n    {COND_DECLINES[case]}\n"
+    assert fix(source, BranchToCond, "x.sum() > 0") is None
+
+
+COND_REST_CASES = {
+    "a length test on a selection, a name rebound, an outer tensor returned": (
+        """
+        def no_match(dm):
+            return torch.empty(0, 1), torch.empty(0, 2, dtype=torch.long)
+
+
+        def match(dm, th):
+            vals, idx = torch.topk(dm, 2, dim=1, largest=False)
+            ratio = vals[:, 0] / vals[:, 1]
+            mask = ratio <= th
+            dists = ratio[mask]
+            if len(dists) == 0:
+                return no_match(dm)
+            rows = torch.arange(0, idx.size(0))[mask]
+            idx = idx[:, 0][mask]
+            pairs = torch.stack([rows, idx], 1)
+            return dists.view(-1, 1), pairs.view(-1, 2)
+        """,
+        "if len(dists) == 0:",
+        """
+        def no_match(dm):
+            return torch.empty(0, 1), torch.empty(0, 2, dtype=torch.long)
+
+
+        def match(dm, th):
+            vals, idx = torch.topk(dm, 2, dim=1, largest=False)
+            ratio = vals[:, 0] / vals[:, 1]
+            mask = ratio <= th
+            dists = ratio[mask]
+
+            def otherwise(idx):
+                rows = torch.arange(0, idx.size(0))[mask]
+                idx = idx[:, 0][mask]
+                pairs = torch.stack([rows, idx], 1)
+                return dists.view(-1, 1).clone(), pairs.view(-1, 2)
+
+            return torch.cond(len(dists) == 0, lambda idx: no_match(dm), otherwise, (idx,))
+        """,
+    ),
+    "a tensor test in a method, nothing rebound": (
+        """
+        class Head:
+            def forward(self, x, mask):
+                # nothing selected: a zero score per row
+                if not mask.any():
+                    return x.new_zeros(x.shape[0])
+                picked = x * mask
+                return picked.sum(-1)
+        """,
+        "if not mask.any():",
+        """
+        class Head:
+            def forward(self, x, mask):
+                def otherwise():
+                    picked = x * mask
+                    return picked.sum(-1)
+
+                # nothing selected: a zero score per row
+                return torch.cond(
+                    torch.logical_not(mask.any()),
+                    lambda: x.new_zeros(x.shape[0]),
+                    otherwise,
+                )
+        """,
+    ),
+    "a shape subscript test, the first statement, a parameter rebound by arithmetic": (
+        """
+        def areas(boxes):
+            if boxes.shape[0] == 0:
+                return boxes.new_zeros(0)
+
+            boxes = boxes.clamp(min=0)
+            w = boxes[:, 2] - boxes[:, 0]
+            return w * (boxes[:, 3] - boxes[:, 1])
+        """,
+        "if boxes.shape[0] == 0:",
+        """
+        def areas(boxes):
+            def otherwise(boxes):
+                boxes = boxes.clamp(min=0)
+                w = boxes[:, 2] - boxes[:, 0]
+                return w * (boxes[:, 3] - boxes[:, 1])
+
+            return torch.cond(
+                boxes.shape[0] == 0,
+                lambda boxes: boxes.new_zeros(0),
+                otherwise,
+                (boxes,),
+            )
+        """,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", COND_REST_CASES)
+def test_cond_takes_the_rest_of_the_function(case):
+    source, fragment, expected = COND_REST_CASES[case]
+    assert fix(source, BranchToCond, fragment, whole_if=True) == body(expected)
+
+
+COND_REST_DECLINES = {
+    "returns twice": "y = x * 2\n    if y.max() > 4:\n        return y\n    return y + 1",
+    "assigns into self": "self.count = x.numel()\n    return x * 2",
+    "calls a submodule": "y = self.proj(x)\n    return y",
+    "in-place op": "x.add_(1)\n    return x",
+    "prints": "print(x)\n    return x",
+    "ends without a return": "y = x * 2",
+    "random draw": "noise = torch.randn_like(x)\n    return x + noise",
+}
+
+
+@pytest.mark.parametrize("case", COND_REST_DECLINES)
+def test_cond_rest_declines(case):
+    source = f"def f(self, x):\n    if x.sum() > 0:\n        return x * 2\n    {COND_REST_DECLINES[case]}\n"
+    assert fix(source, BranchToCond, "x.sum() > 0") is None
+
+
+def test_cond_rest_only_at_the_top_of_a_function():
+    source = "def f(xs):\n    for x in xs:\n        if x.sum() > 0:\n            return x * 2\n        y = x + 1\n        return y\n"
     assert fix(source, BranchToCond, "x.sum() > 0") is None
 
 

@@ -30,6 +30,7 @@ from gbfix.recipes.analysis import (
     bound_before,
     called,
     is_torch_call,
+    local_effects_only,
     mutated,
     name_of,
     number_evidence,
@@ -333,23 +334,26 @@ def _split_test(if_node: cst.If | cst.IfExp, known_tensors: Set[str] = frozenset
     return SplitTest(prefix, _join(tensors, op), tensor, kind, python == list(range(len(python))))
 
 
-def site_branch(ctx: SiteContext) -> tuple[cst.If | cst.IfExp, SplitTest] | None:
+def _site_if(ctx: SiteContext) -> cst.If | cst.IfExp | None:
     """The `if` (or conditional expression) whose test the break is in."""
     node = ctx.node
-    found: cst.If | cst.IfExp | None
     if isinstance(node, (cst.If, cst.IfExp)):
-        found = node
-    else:
-        found, prev = None, node
-        for anc in ctx.ancestors():
-            if isinstance(anc, (cst.If, cst.IfExp)):
-                found = anc if prev is anc.test else None
-                break
-            if isinstance(anc, (cst.BaseStatement, cst.BaseSmallStatement, cst.Lambda, cst.BaseSuite)):
-                break
-            prev = anc
-        if found is None:
+        return node
+    prev = node
+    for anc in ctx.ancestors():
+        if isinstance(anc, (cst.If, cst.IfExp)):
+            return anc if prev is anc.test else None
+        if isinstance(anc, (cst.BaseStatement, cst.BaseSmallStatement, cst.Lambda, cst.BaseSuite)):
             return None
+        prev = anc
+    return None
+
+
+def site_branch(ctx: SiteContext) -> tuple[cst.If | cst.IfExp, SplitTest] | None:
+    """The `if` (or conditional expression) whose test the break is in, its test split."""
+    found = _site_if(ctx)
+    if found is None:
+        return None
     scope = scope_of(ctx, found)
     shown = {n for n in variable_names(found.test) if _tensor_name(n, scope)}
     test = _split_test(found, shown)
@@ -1055,11 +1059,12 @@ def may_alias(expr: cst.BaseExpression) -> bool:
     return False
 
 
-def _branch_value(expr: cst.BaseExpression) -> cst.BaseExpression | None:
+def _branch_value(expr: cst.BaseExpression, fresh: Set[str] = frozenset()) -> cst.BaseExpression | None:
     """A returned value as a torch.cond branch body: tensors only, and fresh ones
-    (torch.cond rejects a branch that returns an input or a view of it)."""
+    (torch.cond rejects a branch that returns an input or a view of it; ``fresh``: names
+    the branch itself binds to new tensors)."""
     if isinstance(expr, cst.Tuple):
-        values = [_branch_value(el.value) for el in expr.elements]
+        values = [_branch_value(el.value, fresh) for el in expr.elements]
         if not values or any(v is None or isinstance(el, cst.StarredElement) for v, el in zip(values, expr.elements)):
             return None
         elements = [el.with_changes(value=v) for el, v in zip(expr.elements, values)]
@@ -1068,7 +1073,7 @@ def _branch_value(expr: cst.BaseExpression) -> cst.BaseExpression | None:
         return None
     if name_of(expr) in ("None", "True", "False"):
         return None
-    if may_alias(expr):
+    if may_alias(expr) and root_name(expr) not in fresh:
         return cst.Call(func=cst.Attribute(value=expr, attr=cst.Name("clone")))
     return expr
 
@@ -1079,15 +1084,17 @@ def _returned(suite: cst.BaseSuite) -> cst.BaseExpression | None:
 
 
 class BranchToCond(BranchRecipe):
-    """`if cond: return a` + `else: return b` / `return b` -> return torch.cond(...)."""
+    """`if cond: return a` + `else: return b` / `return b` -> return torch.cond(...);
+    `if cond: return a` + the rest of the function -> the rest as a nested function,
+    one branch of the torch.cond."""
 
     name = "branch-to-cond"
     requires = frozenset({"cond"})
-    summary = "replace a data-dependent `if` between two returns by torch.cond"
+    summary = "replace a data-dependent `if` between two returns, or before the rest of the function, by torch.cond"
 
     def anchor(self, ctx: SiteContext) -> cst.CSTNode | None:
-        found = site_branch(ctx)
-        if found is None or not isinstance(found[0], cst.If):
+        found = _cond_test(ctx)
+        if found is None:
             return None
         if_node, test = found
         a = _returned(if_node.body)
@@ -1102,6 +1109,8 @@ class BranchToCond(BranchRecipe):
             i = block.body.index(if_node)
             following = block.body[i + 1] if i + 1 < len(block.body) else None
             b = _returned(cst.IndentedBlock(body=[following])) if following is not None else None
+            if b is None and following is not None and test.prefix is None:
+                return self._rest(ctx, if_node, test, a, block)
         else:
             return None
         if b is None or not (pure(a) and pure(b)):
@@ -1128,6 +1137,129 @@ class BranchToCond(BranchRecipe):
         body[i : i + 2] = new
         self._plan = block.with_changes(body=body)
         return block
+
+    def _rest(
+        self, ctx: SiteContext, if_node: cst.If, test: SplitTest, a: cst.BaseExpression, block: cst.IndentedBlock
+    ) -> cst.CSTNode:
+        """`if c: return a` + the rest of the function ending in `return b` ->
+        `def otherwise(<names the rest rebinds>): <rest>` + `return torch.cond(c, lambda ...: a, otherwise, (...))`.
+        The rest runs as it did when ``c`` is false; only names it rebinds that were bound
+        before need passing (a nested function would make them its own locals)."""
+        fn = ctx.file.parent(block)
+        if not isinstance(fn, cst.FunctionDef) or fn.asynchronous is not None:
+            raise Decline("the `if` is not at the top of a function: the code after it does not end the function")
+        i = block.body.index(if_node)
+        rest = list(block.body[i + 1 :])
+        last = rest[-1]
+        b = _returned(cst.IndentedBlock(body=[last]))
+        if b is None:
+            raise Decline("the function does not end in `return <value>`")
+        why = _rest_why(rest)
+        if why:
+            raise Decline(why)
+        why = _branch_effects(a, "the value the `if` returns")
+        if why:
+            raise Decline(why)
+        if not all(bound_before(ctx, n, if_node) for n in variable_names(a)):
+            raise Decline("the `if` returns a name not bound before it")
+        true_value, false_value = _branch_value(a), _branch_value(b, _fresh_locals(rest))
+        if true_value is None or false_value is None:
+            raise Decline("an arm returns something other than tensors (torch.cond's branches return tensors)")
+        outside = names_outside(fn, cst.IndentedBlock(body=rest)) | param_names(fn)
+        bound_in_rest = set().union(*(_bound_names(st) for st in rest))
+        passed = sorted(bound_in_rest & outside)
+        if not all(bound_before(ctx, n, if_node) for n in passed):
+            raise Decline("the rest rebinds a name that may be unbound at the `if`")
+        name = fresh(fn, "otherwise", set())
+        params = cst.Parameters(params=[cst.Param(cst.Name(n)) for n in passed])
+        ret_b = _single_small(last)
+        assert isinstance(ret_b, cst.Return)
+        if not getattr(b, "lpar", None):  # `return a, b` keeps its look
+            false_value = _bare(false_value)
+        body = [*rest[:-1], last.with_changes(body=[ret_b.with_changes(value=false_value)])]
+        lead = list(body[0].leading_lines)
+        while lead and lead[0].comment is None:  # no blank line first in the new function
+            lead.pop(0)
+        nested = cst.FunctionDef(
+            name=cst.Name(name), params=params,
+            body=cst.IndentedBlock(body=[body[0].with_changes(leading_lines=lead), *body[1:]]),
+            leading_lines=[cst.EmptyLine(indent=False)] if i else [],
+        )
+        call = make_call("torch.cond", test.tensor, cst.Lambda(params=params, body=true_value), cst.Name(name))
+        if passed:  # the operands' tuple keeps its parentheses (make_call drops an argument's)
+            call = call.with_changes(args=[*call.args, cst.Arg(cst.parse_expression(f"({', '.join(passed)},)"))])
+        ret = fit(cst.Return(value=call), ctx.file.span(if_node)[0][1])
+        line = statement(ret, if_node, trailing_whitespace=last.trailing_whitespace)
+        line = line.with_changes(leading_lines=[cst.EmptyLine(indent=False), *line.leading_lines])
+        self._plan = block.with_changes(body=[*block.body[:i], nested, line])
+        return block
+
+
+def _cond_test(ctx: SiteContext) -> tuple[cst.If, SplitTest] | None:
+    """The site's `if` and its test; a test Dynamo broke on that reads only shapes
+    (`len(sel) == 0` on a data-dependent selection) is the predicate as written: a
+    Python bool in eager, a symbolic one while tracing, both of which torch.cond takes."""
+    found = site_branch(ctx)
+    if found is not None:
+        if_found, test = found
+        return (if_found, test) if isinstance(if_found, cst.If) else None
+    if_node = _site_if(ctx)
+    if isinstance(if_node, cst.If) and static(if_node.test) and contains(if_node.test, (cst.Call, cst.Attribute), _reads_size):
+        return if_node, SplitTest(None, if_node.test, _bare(if_node.test))
+    return None
+
+
+def _reads_size(n: cst.Call | cst.Attribute) -> bool:
+    if isinstance(n, cst.Attribute):
+        return n.attr.value == "shape"
+    return called(n)[1] in ("len", "size", "numel")
+
+
+def _rest_why(rest: Sequence[cst.BaseStatement]) -> str | None:
+    """Why the statements after the `if` cannot become a nested function that torch.cond
+    traces as one branch: other exits, scope declarations, or effects outside it."""
+    body = cst.IndentedBlock(body=list(rest))
+    inner = {id(n) for d in nodes(body, (cst.FunctionDef, cst.ClassDef, cst.Lambda)) for n in walk(d) if n is not d}
+    for n in walk(body):
+        if id(n) in inner:
+            continue
+        if isinstance(n, cst.Return) and n is not _single_small(rest[-1]):
+            return "the rest of the function returns in more than one place"
+        if isinstance(n, (cst.Yield, cst.Await, cst.Global, cst.Nonlocal, cst.Del)):
+            return "the rest of the function yields, awaits, deletes or declares names"
+        if isinstance(n, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign)) and isinstance(n.target, (cst.Subscript, cst.Attribute)):
+            return "the rest of the function assigns into an object (torch.cond's branches may not mutate)"
+    return _branch_effects(body, "the rest of the function")
+
+
+def _branch_effects(node: cst.CSTNode, what: str) -> str | None:
+    """Why ``node`` may not run in a torch.cond branch: effects (in-place ops, I/O, random
+    draws), or a call of a method or submodule of `self`, which may have some in another
+    mode than the one verified (a BatchNorm's running statistics in training)."""
+    if not local_effects_only(node):
+        return f"{what} has effects (in-place ops, I/O, random draws)"
+    if contains(node, cst.Call, lambda c: root_name(c.func) == "self"):
+        return f"{what} calls a method or submodule of `self`, whose effects are out of sight"
+    return None
+
+
+def _single_small(stmt: cst.BaseStatement) -> cst.BaseSmallStatement | None:
+    return stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
+
+
+def _fresh_locals(rest: Sequence[cst.BaseStatement]) -> set[str]:
+    """Names the rest binds only by `name = <a call or arithmetic that makes a new tensor>` (`torch.cat(...)`):
+    returning one (or a view of it) does not alias the branch's inputs."""
+    values: dict[str, list[cst.BaseExpression]] = {}
+    other: set[str] = set()
+    for st in rest:
+        for n in walk(st):
+            if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name):
+                values.setdefault(n.targets[0].target.value, []).append(n.value)
+            elif isinstance(n, (cst.AugAssign, cst.For, cst.WithItem, cst.AnnAssign, cst.Assign)):
+                other |= _bound_names(n)
+    made = (cst.Call, cst.BinaryOperation, cst.UnaryOperation)
+    return {k for k, vs in values.items() if k not in other and all(isinstance(v, made) and not may_alias(v) for v in vs)}
 
 
 # ---------------------------------------------------------------- if mask.any(): x = x.masked_fill(mask, v)
