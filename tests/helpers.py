@@ -86,6 +86,17 @@ def at(source: str, needle: str, recipe, code: str, nth: int = 0) -> str | None:
     return rewrite_at(source, recipe, number, col, col + len(needle), code)
 
 
+def declined_at(source: str, needle: str, recipe, code: str, nth: int = 0) -> str | None:
+    """Why the recipe declines at the nth occurrence of ``needle`` (None: it gave nothing, unsaid)."""
+    source = textwrap.dedent(source)
+    hits = [(n, line) for n, line in enumerate(source.splitlines(), 1) if needle in line]
+    number, line = hits[nth]
+    col = line.index(needle)
+    r = recipe()
+    assert r.propose(site_context(source, number, col, col + len(needle), code)) is None
+    return r.declined
+
+
 def changed(before: str, after: str | None) -> list[str]:
     """The lines of ``after`` that are not in ``before``."""
     assert after is not None, "the recipe declined"

@@ -476,6 +476,7 @@ UNSEEN = {
     # `torch.arange(max_dist, ...)`): lint has no pattern for them
     ("GB0033", "the key length of a cached attention"),
     ("GB0033", "the bounds of a relative-position range"),
+    ("GB0033", "relative-position bounds read from the first positions"),
     # the index is a boolean mask only because `.any(dim=1)` of a tensor is one
     ("GB0036", "each row's end-of-sequence position"),
     ("GB0036", "a buffer's slots updated under a mask over rows"),

@@ -611,14 +611,9 @@ def test_recipe_metadata():
 
 def _declined(source: str, needle: str) -> str | None:
     """Why item-to-tensor declines at the first `needle` (None: silently)."""
-    from tests.helpers import site_context
+    from tests.helpers import declined_at
 
-    source = textwrap.dedent(source)
-    number, line = next((n, text) for n, text in enumerate(source.splitlines(), 1) if needle in text)
-    col = line.index(needle)
-    recipe = ItemToTensor()
-    assert recipe.propose(site_context(source, number, col, col + len(needle), "GB0124")) is None
-    return recipe.declined
+    return declined_at(source, needle, ItemToTensor, "GB0124")
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from gbfix.recipes.size_item import SizeItem
-from tests.helpers import rewrite_at
+from tests.helpers import declined_at, rewrite_at
 
 
 def fix(source: str, needle: str, code: str = "GB0033") -> str | None:
@@ -60,17 +60,36 @@ FUNNEL = """
 """
 
 
-def test_an_arange_bound_not_shown_0_dim_is_declined():
+def test_an_arange_bound_not_shown_0_dim_has_its_dim_tested():
     # funnel's relative_pos: `pos[0]` may be a one-element 1-dim tensor, which arange refuses
-    # (TypeError) and `.item()` would take
-    assert fix(FUNNEL, "torch.arange(max_dist") is None
+    # (TypeError) and `.item()` would take: `.item()` only for a 0-dim one, the rest as it was
+    out = fix(FUNNEL, "torch.arange(max_dist")
+    assert out is not None
+    assert (  # too long for a line: one argument a line, as black lays it out
+        "    return torch.arange(\n"
+        "        max_dist.item() if max_dist.dim() == 0 else max_dist,\n"
+        "        (min_dist - 1).item() if min_dist.dim() == 0 else min_dist - 1,\n"
+        "        -stride,\n"
+        "        dtype=torch.long,\n"
+        "        device=pos.device,\n"
+        "    )\n"
+    ) in out
+    assert "operator" not in out
 
 
 def test_an_arange_bound_shown_0_dim_is_read_with_item():
     source = FUNNEL.replace("pos[0] - pos[0]", "pos.min() - pos.min()").replace("pooled_pos[0] - pos[-1]", "pooled_pos.min() - pos.max()")
     out = fix(source, "torch.arange(max_dist")
     # `-stride` is an int parameter: left as it is
-    assert "    return torch.arange(max_dist.item(), (min_dist - 1).item(), -stride, dtype=torch.long, device=pos.device)\n" in out
+    assert (
+        "    return torch.arange(\n"
+        "        max_dist.item(),\n"
+        "        (min_dist - 1).item(),\n"
+        "        -stride,\n"
+        "        dtype=torch.long,\n"
+        "        device=pos.device,\n"
+        "    )\n"
+    ) in out
 
 
 @pytest.mark.parametrize(
@@ -112,6 +131,85 @@ def test_spellings_of_a_size(body, needle, expected):
 def test_lengths_as_sizes(source, needle, expected):
     out = fix(source, needle)
     assert out is not None and expected in out
+
+
+@pytest.mark.parametrize(
+    "body, needle, expected",
+    [
+        # a name bound to tensor arithmetic
+        ("n = x[0] * 2 + t[-1]\nreturn torch.arange(n)", "torch.arange(n)", "torch.arange(n.item() if n.dim() == 0 else n)"),
+        # a name less a number, and a number times a name: the same dim as the name's
+        (
+            "n = x[0] + 1\nreturn torch.arange(n - 1, dtype=torch.long)", "torch.arange(n - 1",
+            "torch.arange((n - 1).item() if n.dim() == 0 else n - 1, dtype=torch.long)",
+        ),
+        ("n = t[0]\nreturn torch.arange(0, 2 * n)", "torch.arange(0", "torch.arange(0, (2 * n).item() if n.dim() == 0 else 2 * n)"),
+        # a number bound to a name
+        ("scale = 0.5\nn = t[0]\nreturn torch.arange(n * scale)", "torch.arange(n", "torch.arange((n * scale).item() if n.dim() == 0 else n * scale)"),
+        # keyword bounds
+        ("n = x[-1]\nreturn torch.arange(start=0, end=n)", "torch.arange(start", "torch.arange(start=0, end=n.item() if n.dim() == 0 else n)"),
+        # the source's parentheses go around the conditional
+        ("n = x[-1]\nreturn torch.arange((n - 1), 5)", "torch.arange((n", "torch.arange(((n - 1).item() if n.dim() == 0 else n - 1), 5)"),
+        # a name used twice as a bound: its value's dim tested where it is bound
+        (
+            "m = x[0]\nn = m - 1\nreturn torch.arange(n), torch.arange(n, 2 * n)", "torch.arange(n)",
+            "    n = (m - 1).item() if m.dim() == 0 else m - 1\n    return torch.arange(n), torch.arange(n, 2 * n)\n",
+        ),
+        # ... and where it is used when the value's dim cannot be tested
+        (
+            "n = x[0] + t[0]\nreturn torch.arange(n), torch.arange(n, 2 * n)", "torch.arange(n)",
+            "    n = x[0] + t[0]\n    return torch.arange(n.item() if n.dim() == 0 else n), torch.arange(n, 2 * n)\n",
+        ),
+    ],
+)
+def test_spellings_of_an_arange_bound_of_any_dim(body, needle, expected):
+    source = "import torch\n\n\ndef f(x: torch.Tensor, t: torch.Tensor):\n" + textwrap.indent(body, "    ") + "\n"
+    out = fix(source, needle)
+    assert out is not None and expected in out
+
+
+def test_an_attribute_arange_bound_has_its_dim_tested():
+    source = """
+        import torch
+
+
+        class Positions(torch.nn.Module):
+            def __init__(self, length):
+                super().__init__()
+                self.length = torch.as_tensor(length)
+
+            def forward(self, x: torch.Tensor):
+                return x + torch.arange(self.length)
+    """
+    out = fix(source, "torch.arange(self.length)")
+    assert out is not None
+    assert "        return x + torch.arange(self.length.item() if self.length.dim() == 0 else self.length)\n" in out
+
+
+@pytest.mark.parametrize(
+    "body, needle",
+    [
+        # a call's result: testing its dim would call it twice
+        ("return torch.arange(g(x))", "torch.arange("),
+        ("return torch.arange(t.sum(0))", "torch.arange("),
+        # a subscript, not a name
+        ("return torch.arange(x[0])", "torch.arange("),
+        # a name with a tensor: the sum may have more dims than the name
+        ("n = x[0]\nreturn torch.arange(n - t)", "torch.arange("),
+    ],
+)
+def test_an_arange_bound_whose_dim_cannot_be_tested_is_declined(body, needle):
+    source = (
+        "import torch\n\n\ndef g(x) -> torch.Tensor:\n    return x * 2\n\n\n"
+        "def f(x: torch.Tensor, t: torch.Tensor):\n" + textwrap.indent(body, "    ") + "\n"
+    )
+    assert "is an arange bound not shown to be 0-dim" in (declined_at(source, needle, SizeItem, "GB0033") or "")
+
+
+def test_a_full_reduction_of_what_may_be_an_array_is_not_tested_for_its_dim():
+    # `lengths` may be a numpy array: its reduction has `.item()` but no `.dim()`
+    source = "import torch\n\n\ndef f(lengths, k):\n    n = lengths.max() + k\n    return torch.arange(n)\n"
+    assert "is an arange bound not shown to be 0-dim" in (declined_at(source, "torch.arange(n)", SizeItem, "GB0033") or "")
 
 
 def test_a_name_also_used_otherwise_is_read_at_the_size():

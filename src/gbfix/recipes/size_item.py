@@ -6,6 +6,7 @@
     w = w + mask[:, :, :, :kv_length]              w = w + mask[:, :, :, :kv_length]
 
     return torch.arange(n.max())             ->    return torch.arange(n.max().item())
+    return torch.arange(d - 1)               ->    return torch.arange((d - 1).item() if d.dim() == 0 else d - 1)
 
 Python converts the tensor itself there: a size or a slice bound through ``__index__``, an
 `arange` bound through torch's number parsing. Dynamo breaks on it, and with
@@ -16,9 +17,14 @@ with that setting, and it is the same conversion:
 - ``operator.index(t)`` is what a size or a slice bound does with ``t``: the same int,
   and the same TypeError for a tensor of more than one element or of a floating dtype
   (``t.item()`` would raise RuntimeError, or return a float);
-- ``t.item()`` where `arange` takes a number, only for ``t`` shown to be 0-dim (a full
+- ``t.item()`` where `arange` takes a number, for ``t`` shown to be 0-dim (a full
   reduction): arange takes no other tensor, and ``.item()`` of a one-element 1-dim
-  tensor would turn its TypeError into a range.
+  tensor would turn its TypeError into a range;
+- ``t.item() if t.dim() == 0 else t`` for any other tensor name ``t`` there (``(t - 1).item()
+  if t.dim() == 0 else t - 1`` with a Python number added, subtracted or multiplied,
+  which keeps the dim): a 0-dim tensor gives arange the same number, any other still
+  reaches arange and its TypeError; Dynamo knows the dim, and traces only the first arm.
+  Other expressions are declined (testing them would evaluate them twice).
 
 The edit moves the break to the conversion, so it is only tried together with the
 setting (``gbfix.compound.pair``), or alone where the program sets it already. Only
@@ -34,6 +40,7 @@ import libcst as cst
 from gbfix import edits
 from gbfix.recipes.analysis import is_builtin, number_evidence, pure, scope_of, single_binding
 from gbfix.recipes.base import Decline, Recipe, Replacement, SiteContext
+from gbfix.recipes.branch import fit
 from gbfix.recipes.scalar import _INT_ANNOTATIONS, _TENSOR_ANNOTATIONS, _Facts
 from gbfix.recipes.tree import variables
 from gbfix.recipes.vocabulary import words
@@ -59,7 +66,7 @@ class SizeItem(Recipe):
     alone = False  # the conversion breaks until capture_scalar_outputs is on
     summary = (
         "convert a tensor given as a size or slice bound explicitly (operator.index, or .item() of a 0-dim tensor "
-        "for an arange bound), which capture_scalar_outputs traces"
+        "for an arange bound, the dim tested where not shown), which capture_scalar_outputs traces"
     )
     rule = "GB0033"
 
@@ -74,30 +81,54 @@ class SizeItem(Recipe):
         if not _operator_module(ctx, consumer):
             raise Decline("the name `operator` is bound to something else here")
         self._reads: dict[int, cst.BaseExpression] = {}
+        self._column: int | None = None
         if len(places) == 1 and (bound := _bound_once(ctx, f, places[0][0])) is not None:
             value, numbers = bound
-            self._reads[id(value)] = self._convert(f, value, any_number=numbers)
-            return ctx.enclosing(cst.SimpleStatementLine, node=value)
+            try:
+                self._reads[id(value)] = self._convert(f, value, any_number=numbers)
+            except Decline:
+                pass  # a value whose dim cannot be tested: the name's can, where it is used
+            else:
+                return ctx.enclosing(cst.SimpleStatementLine, node=value)
         for e, number in places:
             self._reads[id(e)] = self._convert(f, e, any_number=number)
+        owner = ctx.file.parent(consumer)
+        if isinstance(owner, (cst.Return, cst.Assign)) and owner.value is consumer:
+            # `return torch.arange(<tested>, <tested>)` may grow long: laid out as black would
+            self._column = ctx.file.span(owner)[0][1]
+            return owner
         return consumer
 
-    def _convert(self, f: _Facts, e: cst.BaseExpression, any_number: bool) -> cst.Call:
+    def _convert(self, f: _Facts, e: cst.BaseExpression, any_number: bool) -> cst.BaseExpression:
         """``e`` converted as its places convert it (``any_number``: one is an arange bound)."""
         # a tensor (the caller showed it) that is a number or a 0-dim tensor: 0-dim
         if f.zero_dim(e) or number_evidence(f.ctx, e, scope_of(f.ctx, e)):
-            return cst.Call(cst.Attribute(_atom(e), cst.Name("item")))
-        if any_number:
+            return _item(e)
+        if not any_number:
+            return cst.Call(cst.Attribute(cst.Name("operator"), cst.Name("index")), [cst.Arg(e)])
+        tested = _dim_of(f, e)
+        if tested is None:
             raise Decline(
-                f"`{f.ctx.code(e)}` is an arange bound not shown to be 0-dim: arange takes no other tensor, "
-                "and `.item()` of a one-element tensor would turn its TypeError into a range"
+                f"`{f.ctx.code(e)}` is an arange bound not shown to be 0-dim, nor a tensor name (or `name op number`) "
+                "whose dim can be tested: arange takes no other tensor, and `.item()` of a one-element tensor "
+                "would turn its TypeError into a range"
             )
-        return cst.Call(cst.Attribute(cst.Name("operator"), cst.Name("index")), [cst.Arg(e)])
+        # `.item()` where arange would read the number; any other tensor still reaches arange, and
+        # its TypeError. Under Dynamo the dim is static: only the taken arm is traced.
+        zero = cst.Comparison(
+            cst.Call(cst.Attribute(tested, cst.Name("dim"))), [cst.ComparisonTarget(cst.Equal(), cst.Integer("0"))]
+        )
+        bare = e.with_changes(lpar=[], rpar=[])  # e's own parentheses go around the conditional
+        return cst.IfExp(test=zero, body=_item(bare), orelse=bare, lpar=e.lpar, rpar=e.rpar)
 
     def rewrite(self, node: cst.CSTNode) -> Replacement | None:
-        if any(isinstance(c.func, cst.Attribute) and c.func.attr.value == "index" for c in self._reads.values()):
+        if any(
+            isinstance(c, cst.Call) and isinstance(c.func, cst.Attribute) and c.func.attr.value == "index"
+            for c in self._reads.values()
+        ):
             self.need_import("operator")
-        return node.visit(edits.Replace(self._reads))
+        new = node.visit(edits.Replace(self._reads))
+        return fit(new, self._column) if self._column is not None else new
 
 
 def _bound_once(ctx: SiteContext, f: _Facts, e: cst.BaseExpression) -> tuple[cst.BaseExpression, bool] | None:
@@ -141,6 +172,33 @@ def _operator_module(ctx: SiteContext, node: cst.CSTNode) -> bool:
         if not (isinstance(up, cst.Import) and a.node.asname is None and ctx.code(a.node.name) == "operator"):
             return False
     return True
+
+
+def _dim_of(f: _Facts, e: cst.BaseExpression) -> cst.BaseExpression | None:
+    """The tensor whose dim ``e`` has, where ``e`` is a name (or `a.b`) shown to be a tensor, or
+    one with a Python number (or 0-dim tensor) added, subtracted or multiplied: `n - 1`, `2 * n`."""
+    if _dotted_name(e):
+        return e if _tensor_if_evaluated(f, e, any_reads=False) else None
+    if not isinstance(e, cst.BinaryOperation) or not isinstance(e.operator, (cst.Add, cst.Subtract, cst.Multiply)):
+        return None
+    for x, k in ((e.left, e.right), (e.right, e.left)):
+        number = isinstance(k, (cst.Integer, cst.Float)) or (
+            isinstance(k, cst.Name) and number_evidence(f.ctx, k, scope_of(f.ctx, k))
+        )
+        if number and _dotted_name(x) and _tensor_if_evaluated(f, x, any_reads=False):
+            return x
+    return None
+
+
+def _dotted_name(e: cst.BaseExpression) -> bool:
+    """`n` or `self.n`: read twice by the rewrite, with no effects."""
+    while isinstance(e, cst.Attribute):
+        e = e.value
+    return isinstance(e, cst.Name)
+
+
+def _item(e: cst.BaseExpression) -> cst.Call:
+    return cst.Call(cst.Attribute(_atom(e), cst.Name("item")))
 
 
 def _atom(e: cst.BaseExpression) -> cst.BaseExpression:
@@ -195,24 +253,29 @@ def _place_kind(f: _Facts, node: cst.BaseExpression) -> str | None:
     return None
 
 
-def _tensor_if_evaluated(f: _Facts, e: cst.BaseExpression) -> bool:
+def _tensor_if_evaluated(f: _Facts, e: cst.BaseExpression, any_reads: bool = True) -> bool:
     """Shown to be a tensor, or to raise before a conversion could: `p[-1]` of a parameter
-    annotated `Optional[Tensor]` is a tensor or a TypeError, with or without it."""
+    annotated `Optional[Tensor]` is a tensor or a TypeError, with or without it. With
+    ``any_reads``, a full reduction of anything counts too (a numpy array's has `.item()`,
+    but no `.dim()`)."""
     if f.tensor(e):
         return True
-    if isinstance(e, cst.Call) and not e.args:
+    if any_reads and isinstance(e, cst.Call) and not e.args:
         recv, method, fn = f.callee(e)
         if recv is not None and fn is None and method in _READS:
             return True  # a tensor's or a numpy array's full reduction
     if isinstance(e, cst.Subscript):
         return _optional_tensor_param(f, e.value)
     if isinstance(e, cst.BinaryOperation) and isinstance(e.operator, _INT_OPS):
-        return _tensor_if_evaluated(f, e.left) or _tensor_if_evaluated(f, e.right)
+        return _tensor_if_evaluated(f, e.left, any_reads) or _tensor_if_evaluated(f, e.right, any_reads)
     if isinstance(e, cst.UnaryOperation) and isinstance(e.operator, cst.Minus):
-        return _tensor_if_evaluated(f, e.expression)
+        return _tensor_if_evaluated(f, e.expression, any_reads)
     if isinstance(e, cst.Name):
         found = f.bindings(e) or []
-        return len(found) == 1 and not isinstance(found[0], (cst.Param, cst.AugAssign)) and _tensor_if_evaluated(f, found[0])
+        return (
+            len(found) == 1 and not isinstance(found[0], (cst.Param, cst.AugAssign))
+            and _tensor_if_evaluated(f, found[0], any_reads)
+        )
     return False
 
 
