@@ -192,9 +192,36 @@ def test_a_setting_that_moves_the_break_is_kept_with_the_fix_of_its_guard(guarde
         "        kept_scores = scores[keep]\n"
         "        return kept.clamp(min=0), kept_scores.clone()\n"
         "\n"
+        "    # gbfix: as written under autograd: torch.cond's outputs would all require grad\n"
+        "    if torch.is_grad_enabled():\n"
+        "        return (\n"
+        "            (boxes.new_zeros((0, 4)), scores.new_zeros(0))\n"
+        "            if kept.numel() == 0\n"
+        "            else otherwise(kept)\n"
+        "        )\n"
         "    return torch.cond(\n"
         "        kept.numel() == 0,\n"
         "        lambda kept: (boxes.new_zeros((0, 4)), scores.new_zeros(0)),\n"
     ) in detect
     main = result.fixed[(work / "main.py").resolve()].decode()
     assert "torch._dynamo.config.capture_dynamic_output_shape_ops = True\n" in main
+
+
+def test_under_autograd_the_early_return_is_as_written(guarded):
+    """The verifier ran the program under no_grad; the guard's side (autograd on) is run here,
+    eager and compiled, against the original: the same values and the same requires_grad."""
+    import torch
+
+    result, work = guarded
+    fixed: dict = {}
+    exec(compile(result.fixed[(work / "detect.py").resolve()].decode(), "detect_fixed.py", "exec"), fixed)
+    original: dict = {}
+    exec(compile((COND_REST / "detect.py").read_text(), "detect.py", "exec"), original)
+    boxes, scores = torch.rand(6, 4, requires_grad=True), torch.rand(6)
+    for run in (lambda f: f, lambda f: torch.compile(f, backend="eager")):
+        for threshold in (0.5, 2.0):  # some kept, none kept
+            want = run(original["postprocess"])(boxes, scores, threshold, 2.0)
+            got = run(fixed["postprocess"])(boxes, scores, threshold, 2.0)
+            assert [(torch.equal(w, g), w.requires_grad, g.requires_grad) for w, g in zip(want, got)] == [
+                (True, w.requires_grad, w.requires_grad) for w in want
+            ]

@@ -872,6 +872,9 @@ COND_REST_CASES = {
                 pairs = torch.stack([rows, idx], 1)
                 return dists.view(-1, 1).clone(), pairs.view(-1, 2)
 
+            # gbfix: as written under autograd: torch.cond's outputs would all require grad
+            if torch.is_grad_enabled():
+                return no_match(dm) if len(dists) == 0 else otherwise(idx)
             return torch.cond(len(dists) == 0, lambda idx: no_match(dm), otherwise, (idx,))
         """,
     ),
@@ -893,6 +896,9 @@ COND_REST_CASES = {
                     picked = x * mask
                     return picked.sum(-1)
 
+                # gbfix: as written under autograd: torch.cond's outputs would all require grad
+                if torch.is_grad_enabled():
+                    return x.new_zeros(x.shape[0]) if not mask.any() else otherwise()
                 # nothing selected: a zero score per row
                 return torch.cond(
                     torch.logical_not(mask.any()),
@@ -919,12 +925,36 @@ COND_REST_CASES = {
                 w = boxes[:, 2] - boxes[:, 0]
                 return w * (boxes[:, 3] - boxes[:, 1])
 
+            # gbfix: as written under autograd: torch.cond's outputs would all require grad
+            if torch.is_grad_enabled():
+                return boxes.new_zeros(0) if boxes.shape[0] == 0 else otherwise(boxes)
             return torch.cond(
                 boxes.shape[0] == 0,
                 lambda boxes: boxes.new_zeros(0),
                 otherwise,
                 (boxes,),
             )
+        """,
+    ),
+    "the input itself returned early: no test kept for autograd": (
+        """
+        def clip(boxes, size):
+            kept = boxes[boxes[:, 0] < size]
+            if kept.numel() == 0:
+                return kept
+            kept = kept.clamp(min=0, max=size)
+            return kept
+        """,
+        "if kept.numel() == 0:",
+        """
+        def clip(boxes, size):
+            kept = boxes[boxes[:, 0] < size]
+
+            def otherwise(kept):
+                kept = kept.clamp(min=0, max=size)
+                return kept
+
+            return torch.cond(kept.numel() == 0, lambda kept: kept.clone(), otherwise, (kept,))
         """,
     ),
 }

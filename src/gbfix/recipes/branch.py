@@ -1188,11 +1188,63 @@ class BranchToCond(BranchRecipe):
         call = make_call("torch.cond", test.tensor, cst.Lambda(params=params, body=true_value), cst.Name(name))
         if passed:  # the operands' tuple keeps its parentheses (make_call drops an argument's)
             call = call.with_changes(args=[*call.args, cst.Arg(cst.parse_expression(f"({', '.join(passed)},)"))])
-        ret = fit(cst.Return(value=call), ctx.file.span(if_node)[0][1])
+        column = ctx.file.span(if_node)[0][1]
+        ret = fit(cst.Return(value=call), column)
         line = statement(ret, if_node, trailing_whitespace=last.trailing_whitespace)
         line = line.with_changes(leading_lines=[cst.EmptyLine(indent=False), *line.leading_lines])
-        self._plan = block.with_changes(body=[*block.body[:i], nested, line])
+        new: list[cst.BaseStatement] = [nested, line]
+        if _without_grad_maybe(a):
+            # torch.cond's outputs all require grad when an input does; the early return's
+            # would not: with autograd on, the test stays as it was (and breaks as before)
+            shown = a if not isinstance(a, cst.Tuple) or a.lpar else a.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+            as_was = cst.IfExp(
+                test=_bare(if_node.test), body=shown, orelse=cst.Call(cst.Name(name), [cst.Arg(cst.Name(n)) for n in passed])
+            )
+            guard = cst.If(
+                test=cst.parse_expression("torch.is_grad_enabled()"),
+                body=cst.IndentedBlock(body=[cst.SimpleStatementLine(body=[_fit_value(cst.Return(value=as_was), column + 4)])]),
+                leading_lines=[cst.EmptyLine(indent=False), cst.EmptyLine(comment=cst.Comment(_GRAD_NOTE))],
+            )
+            new = [nested, guard, line.with_changes(leading_lines=list(line.leading_lines[1:]))]
+        self._plan = block.with_changes(body=[*block.body[:i], *new])
         return block
+
+
+_GRAD_NOTE = "# gbfix: as written under autograd: torch.cond's outputs would all require grad"
+# torch functions that make a tensor of their own, which requires grad only when asked to
+_FACTORIES = words("empty zeros ones full tensor as_tensor arange eye empty_like zeros_like ones_like full_like")
+
+
+def _without_grad_maybe(expr: cst.BaseExpression) -> bool:
+    """The early return's value may not require grad where the rest's does: a tensor made
+    without grad (`x.new_zeros(...)`, `torch.empty(...)`), or one a function of the
+    program makes (`no_match(dm)`), whose body is out of sight."""
+    values = [el.value for el in expr.elements] if isinstance(expr, cst.Tuple) else [expr]
+    for v in values:
+        if not isinstance(v, cst.Call):
+            continue
+        recv, name = called(v)
+        if _made_without_grad(v) or (is_torch_call(v) and name in _FACTORIES) or (recv is None and name not in ("min", "max", "abs")):
+            return True
+    return False
+
+
+def _fit_value(small: cst.Return, column: int) -> cst.Return:
+    """`return <a if c else b>` in parentheses when one line is too long, and its parts a line
+    each when the inner line is too, as black lays it out."""
+    code = cst.Module([]).code_for_node(small)
+    value = small.value
+    if column + len(code) <= _WIDTH or not isinstance(value, cst.IfExp):
+        return small
+    if column + 4 + len(cst.Module([]).code_for_node(value)) > _WIDTH:
+        value = value.with_changes(
+            whitespace_before_if=_newline("    "), whitespace_after_if=cst.SimpleWhitespace(" "),
+            whitespace_before_else=_newline("    "), whitespace_after_else=cst.SimpleWhitespace(" "),
+        )
+    value = value.with_changes(
+        lpar=[cst.LeftParen(whitespace_after=_newline("    "))], rpar=[cst.RightParen(whitespace_before=_newline(""))]
+    )
+    return small.with_changes(value=value, whitespace_after_return=cst.SimpleWhitespace(" "))
 
 
 def _cond_test(ctx: SiteContext) -> tuple[cst.If, SplitTest] | None:
