@@ -170,7 +170,8 @@ COND_REST = Path(__file__).parent / "fixtures" / "cond_rest"
 @pytest.fixture(scope="module")
 def guarded(tmp_path_factory) -> tuple[engine.Result, Path]:
     """tests/fixtures/cond_rest: `kept = boxes[keep]` in an imported module, then an early
-    return when nothing is kept; the entry script compiles it."""
+    return when nothing is kept, and a second function with its own selection and early
+    return; the entry script compiles both."""
     work = tmp_path_factory.mktemp("cond_rest")
     shutil.copytree(COND_REST, work, dirs_exist_ok=True)
     return engine.fix([work / "detect.py", work / "main.py"], parse_entry("python main.py", work), engine.Options()), work
@@ -179,7 +180,8 @@ def guarded(tmp_path_factory) -> tuple[engine.Result, Path]:
 def test_a_setting_that_moves_the_break_is_kept_with_the_fix_of_its_guard(guarded):
     result, work = guarded
     applied = sorted(o.edit.recipe for o in result.outcomes if o.status == "applied")
-    assert applied == ["branch-to-cond", "capture-dynamic-output-shape-ops"]
+    # one setting, and a torch.cond for the test it moves the break to in each function
+    assert applied == ["branch-to-cond", "branch-to-cond", "capture-dynamic-output-shape-ops"]
     assert result.remaining == 0
     # tried alone first: the selection traced, the break moved to the length test
     assert any(
@@ -202,6 +204,11 @@ def test_a_setting_that_moves_the_break_is_kept_with_the_fix_of_its_guard(guarde
         "    return torch.cond(\n"
         "        kept.numel() == 0,\n"
         "        lambda kept: (boxes.new_zeros((0, 4)), scores.new_zeros(0)),\n"
+    ) in detect
+    assert (
+        "    def otherwise(picked):\n"
+        "        picked = picked * 2\n"
+        "        return picked.mean(0)\n"
     ) in detect
     main = result.fixed[(work / "main.py").resolve()].decode()
     assert "torch._dynamo.config.capture_dynamic_output_shape_ops = True\n" in main

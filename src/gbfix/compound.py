@@ -13,9 +13,10 @@ with the first edit:
 - a Dynamo setting in the entry script (``pair``): the two edits as a group, verified in
   one trial; the first alone fails again (its break only moved), so it is kept only with
   the setting. An `.item()` written where a size takes a tensor needs
-  ``capture_scalar_outputs`` this way. The other way round, a setting that moved the
-  break (``capture_dynamic_output_shape_ops``: `x[mask]` traced, then `if len(...) == 0:`
-  breaks) is kept with the fix of the guard (a torch.cond).
+  ``capture_scalar_outputs`` this way. The other way round, a setting that moved its
+  breaks (``capture_dynamic_output_shape_ops``: `x[mask]` traced, then `if len(...) == 0:`
+  breaks, in each function that selects) is kept with the fixes of those tests (torch.conds),
+  each counted for the setting's site: alone, none removes a break.
 
 The verifier then judges the pair as it judges any edit: the first edit's site gone, no
 break new, the program's behaviour unchanged.
@@ -79,7 +80,8 @@ def pair(first: Edit, then: Edit, before: ParsedFile) -> list[Edit]:
                 return []
             start, end = before.span(same[0])
             then = replace(then, original=same[0], start=start, end=end)
-        return [then, first]
+        # counted for the setting's site: alone, where the setting is not on, it removes no break
+        return [replace(then, site=first.site), first]
     if not recipes.named(then.recipe).process_wide:
         return []
     if then.path == first.path:

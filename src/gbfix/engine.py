@@ -577,22 +577,18 @@ class _Session:
         if diff := self.behaviour_diff(result, _tolerated([*applied, first])):
             self.outcomes.append(Outcome(first, "rejected:output-mismatch", diff))
             return []
-        moved = rnd.moved_to(placed, first)
-        if not moved:  # it needs no partner after all: verified as it is (a setting's break went elsewhere)
-            return [] if _is_global(first) else [[first]]
         middle = rnd.locator.edited(self._edited([first], rnd.locator))
+        if _is_global(first):
+            return self._joined_setting(first, rnd.moved_anywhere(placed), rnd, middle, caps)
+        moved = rnd.moved_to(placed, first)
+        if not moved:  # it needs no partner after all: verified as it is
+            return [[first]]
         out: list[list[Edit]] = []
         for tb in moved[:1]:  # where the break went first
             then_site = middle.site(tb.brk)
             if then_site is None:
                 continue
-            # the observed calls are of the unedited file's lines: none for the edited one
-            ctx = replace(self._context(then_site, middle, caps), observed={})
-            for recipe in recipes.candidates(then_site.code, unsafe=self.opts.unsafe_fixes):
-                rw = recipe().propose(ctx)
-                if rw is None:
-                    continue
-                then = rw.edit(next(self.ids), then_site, recipe, middle.parsed(then_site.path))
+            for then in self._proposals_after(then_site, middle, caps):
                 both = compound.joined(first, then, rnd.locator.parsed(first.path), middle.parsed(first.path), next(self.ids))
                 group = [both] if both is not None else compound.pair(first, then, rnd.locator.parsed(first.path))
                 for e in group:
@@ -600,6 +596,44 @@ class _Session:
                 if group:
                     out.append(group)
         return out
+
+    def _proposals_after(self, site: Site, middle: Locator, caps: frozenset[str]) -> list[Edit]:
+        """Each recipe's edit for ``site``, a break of the text ``middle`` holds (an edit applied)."""
+        # the observed calls are of the unedited file's lines: none for the edited one
+        ctx = replace(self._context(site, middle, caps), observed={})
+        out = []
+        for recipe in recipes.candidates(site.code, unsafe=self.opts.unsafe_fixes):
+            rw = recipe().propose(ctx)
+            if rw is not None:
+                out.append(rw.edit(next(self.ids), site, recipe, middle.parsed(site.path)))
+        return out
+
+    def _joined_setting(
+        self, first: Edit, moved: list[TrialBreak], rnd: _Round, middle: Locator, caps: frozenset[str]
+    ) -> list[list[Edit]]:
+        """A setting (``first``) joined with a fix of every break it moved, wherever it moved
+        them (one `if len(x) == 0:` per function that selects): one group, each break's
+        first proposal; none where a moved break has no proposal (the setting would fail again)."""
+        thens: list[Edit] = []
+        for tb in moved:
+            site = middle.site(tb.brk)
+            proposals = self._proposals_after(site, middle, caps) if site is not None else []
+            pick = next((p for p in proposals if not any(p.overlaps(t) for t in thens)), None)
+            if pick is None:
+                return []
+            if any(_edit_identity(pick) == _edit_identity(t) for t in thens):
+                continue  # a site several breaks report (a helper called twice)
+            thens.append(pick)
+        group: list[Edit] = []
+        for then in thens:
+            pair = compound.pair(first, then, rnd.locator.parsed(first.path))
+            if not pair:
+                return []
+            group.append(pair[0])
+        group.append(first)
+        for e in group:
+            self.ledger.proposed(e)
+        return [group] if thens else []
 
     def check_deferred(self, run: RunResult, caps: frozenset[str]) -> RunResult:
         """The own-backend check of all rounds' edits in one run; ``run`` is the last round's.
@@ -928,6 +962,16 @@ class _Round:
                 continue
             return tb
         return None
+
+    def moved_anywhere(self, placed: list[TrialBreak]) -> list[TrialBreak]:
+        """The trial's breaks on lines where none of this round's sites broke: where a
+        process-wide setting moved its breaks (one per site line)."""
+        known = {(s.path, s.line) for s in self.sites.values()} | {(p, line) for p, line, _ in self.revealed}
+        out: dict[tuple, TrialBreak] = {}
+        for tb in placed:
+            if not tb.at.rewritten and (tb.path, tb.at.line) not in known:
+                out.setdefault((tb.path, tb.at.line), tb)
+        return list(out.values())
 
     def moved_to(self, placed: list[TrialBreak], edit: Edit) -> list[TrialBreak]:
         """The trial's breaks in the function of ``edit``'s site (in the current generation's

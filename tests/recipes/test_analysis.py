@@ -185,3 +185,18 @@ def test_closure_owner_of_a_builtin_is_none():
     assert closure_owner(ctx, reads["int"]) is None
     owner = closure_owner(ctx, reads["n"])
     assert owner is not None and owner.name.value == "outer"
+
+
+@pytest.mark.parametrize(
+    "code, expected",
+    [
+        ("torch.empty(0, 2)", True),
+        ("x.new_empty((0, 4))", True),
+        ("torch.empty(0, dtype=torch.long)", True),
+        ("torch.empty(n, 2)", False),  # uninitialized values
+        ("torch.empty_like(x)", False),
+        ("torch.zeros(0, 2)", True),
+    ],
+)
+def test_an_empty_tensor_with_no_elements_is_pure(code, expected):
+    assert pure(cst.parse_expression(code)) is expected

@@ -29,11 +29,12 @@ class TokenPool(torch.nn.Module):
 def matched_pairs(dm, th):
     vals, idx = torch.topk(dm, 2, dim=1, largest=False)
     ratio = vals[:, 0] / vals[:, 1]
-    good = ratio[ratio <= th]
+    passed = ratio <= th
+    good = ratio[passed]
     if good.shape[0] == 0:
         return torch.empty(0, 2, dtype=torch.long), torch.empty(0)
-    rows = torch.arange(dm.shape[0])[ratio <= th]
-    cols = idx[:, 0][ratio <= th]
+    rows = torch.arange(dm.shape[0])[passed]
+    cols = idx[:, 0][passed]
     return torch.stack([rows, cols], 1), good
 
 

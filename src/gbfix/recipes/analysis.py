@@ -274,9 +274,17 @@ _PURE_BUILTINS = frozenset({"abs", "min", "max", "len"})
 _LITERAL_CASTS = frozenset({"float", "int", "bool"})
 
 
+def _no_elements(call: cst.Call) -> bool:
+    """`torch.empty(0, 2)`, `x.new_empty((0, 4))`: an uninitialized tensor with nothing in it."""
+    sizes = [a.value for a in call.args if a.keyword is None]
+    if len(sizes) == 1 and isinstance(sizes[0], (cst.Tuple, cst.List)):
+        sizes = [el.value for el in sizes[0].elements]
+    return called(call)[1] in ("empty", "new_empty") and any(isinstance(v, cst.Integer) and v.value == "0" for v in sizes)
+
+
 def pure_call(call: cst.Call) -> bool:
     recv, name = called(call)
-    if name is None or name in IMPURE_CALLS or (name.endswith("_") and not name.startswith("__")):
+    if name is None or (name in IMPURE_CALLS and not _no_elements(call)) or (name.endswith("_") and not name.startswith("__")):
         return False  # in-place ops end in `_`
     if recv is None:
         # `float("-inf")`, `int(1e4)`: a number from a literal
@@ -308,7 +316,7 @@ def local_effects_only(expr: cst.CSTNode) -> bool:
             return False
         if isinstance(n, cst.Call):
             _, fn = called(n)
-            if fn in IMPURE_CALLS or (fn and fn.endswith("_") and not fn.startswith("__")):
+            if (fn in IMPURE_CALLS and not _no_elements(n)) or (fn and fn.endswith("_") and not fn.startswith("__")):
                 return False
             if any(a.keyword is not None and a.keyword.value == "out" for a in n.args):
                 return False
