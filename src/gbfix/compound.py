@@ -75,7 +75,7 @@ def pair(first: Edit, then: Edit, before: ParsedFile) -> list[Edit]:
         # a setting that moved the break (`nonzero` traced, the guard on its length next):
         # the fix of that guard, in the script below the setting, tied back to the unedited text
         if then.path == first.path:
-            same = [n for n in walk(before.module) if type(n) is type(then.original) and n.deep_equals(then.original)]
+            same = _twins(before, then.original)
             if len(same) != 1 or before.span(same[0])[0] < first.end:
                 return []
             start, end = before.span(same[0])
@@ -87,14 +87,16 @@ def pair(first: Edit, then: Edit, before: ParsedFile) -> list[Edit]:
     if then.path == first.path:
         if then.end > first.start:
             return []
-        original = next((
-            n for n in walk(before.module)
-            if type(n) is type(then.original) and before.span(n) == (then.start, then.end) and n.deep_equals(then.original)
-        ), None)
+        original = next((n for n in _twins(before, then.original) if before.span(n) == (then.start, then.end)), None)
         if original is None:
             return []
         then = replace(then, original=original)
     return [first, replace(then, site=first.site)]
+
+
+def _twins(before: ParsedFile, node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The nodes of ``before`` equal to ``node`` (computed on an edited text)."""
+    return [n for n in walk(before.module) if type(n) is type(node) and n.deep_equals(node)]
 
 
 def _union(a: Sequence, b: Sequence) -> tuple:
