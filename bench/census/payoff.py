@@ -3,6 +3,7 @@
     python bench/census/payoff.py                         # every program gbfix changed (results/package/)
     python bench/census/payoff.py --only hf4/mixtral_eval --calls 30 --repeats 2
     python bench/census/payoff.py --results results/user  # the user-side edits
+    python bench/census/payoff.py --only hf5/switch_train --repeats 3 --out payoff-package-recheck.json
 
 For each program whose edits the census kept (``changed`` and output identical or close), the
 edited package copy is rebuilt from .scratch/edited/ (hard links to the install plus the edited
@@ -13,7 +14,8 @@ loops doing ``--calls`` calls (payoff_child.py times every call of the compiled 
 - ``cold s``: the first call (Dynamo + inductor compile of what it reaches, then the run);
 - ``steady ms``: the median of the second half of the calls;
 - ``graphs``: graphs Dynamo handed to inductor (``counters["stats"]["unique_graphs"]``);
-- ``same``: whether the digests of the two runs' outputs are identical.
+- ``same``: whether the digests of the two runs' outputs are identical (where not, the row keeps
+  the first digest lines that differ, ``differs``: a path, shape, dtype and its sums).
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=1, help="runs of each variant; the best steady and cold are kept")
     ap.add_argument("--limit", type=int, default=0, help="at most this many programs")
+    ap.add_argument("--out", default="", help="results file name (default payoff-<results folder>.json): a re-check beside the full run")
     args = ap.parse_args()
     rdir = HERE / args.results
     tag = rdir.name
@@ -110,7 +113,7 @@ def main() -> None:
     if args.limit:
         todo = todo[: args.limit]
     print(f"{len(todo)} programs changed by gbfix; inductor, {args.calls} calls, {args.repeats} repeat(s)", file=sys.stderr)
-    out = HERE / "results" / f"payoff-{tag}.json"
+    out = HERE / "results" / (args.out or f"payoff-{tag}.json")
     for prog in todo:
         copies = edited_copies(prog, tag)
         if copies is None:
@@ -134,7 +137,10 @@ def main() -> None:
         o, e = res["original"], res["edited"]
         row = {"program": prog.id, "original": o, "edited": e}
         if "error" not in o and "error" not in e:
-            row["same"] = o.pop("digest") == e.pop("digest")
+            a, b = o.pop("digest"), e.pop("digest")
+            row["same"] = a == b
+            if not row["same"]:  # how far apart: the first output lines (shape, dtype, sums) that differ
+                row["differs"] = [[x, y] for x, y in zip(a, b) if x != y][:3] or [[len(a), len(b)]]
         rows.append(row)
         print(fmt(row), file=sys.stderr, flush=True)
         # after each program: a run stopped midway keeps what it measured; a partial run (--only)
