@@ -762,6 +762,59 @@ COND_CASES = {
                 return x * 2
         """,
     ),
+    "an arm made without grad: the test as written under autograd": (
+        """
+        def loss(logits, targets):
+            num_pos = targets.sum()
+            # no positives: nothing to learn from
+            if num_pos == 0:
+                return logits.new_zeros(())
+            return (logits * targets).sum() / num_pos  # mean over positives
+        """,
+        "if num_pos == 0:",
+        """
+        def loss(logits, targets):
+            num_pos = targets.sum()
+            # no positives: nothing to learn from
+            # gbfix: as written under autograd: torch.cond's outputs would all require grad
+            if torch.is_grad_enabled():
+                return (
+                    logits.new_zeros(()) if num_pos == 0 else (logits * targets).sum() / num_pos
+                )
+            return torch.cond(
+                num_pos == 0,
+                lambda: logits.new_zeros(()),
+                lambda: (logits * targets).sum() / num_pos,
+            )  # mean over positives
+        """,
+    ),
+    "if/else in a method, tuples made by factories in the else arm": (
+        """
+        class Head:
+            def forward(self, x, mask):
+                if mask.any():
+                    return (x * mask).sum(-1), mask.sum()
+                else:
+                    return torch.zeros(x.shape[0]), torch.tensor(0)
+        """,
+        "if mask.any():",
+        """
+        class Head:
+            def forward(self, x, mask):
+                # gbfix: as written under autograd: torch.cond's outputs would all require grad
+                if torch.is_grad_enabled():
+                    return (
+                        ((x * mask).sum(-1), mask.sum())
+                        if mask.any()
+                        else (torch.zeros(x.shape[0]), torch.tensor(0))
+                    )
+                return torch.cond(
+                    mask.any(),
+                    lambda: ((x * mask).sum(-1), mask.sum()),
+                    lambda: (torch.zeros(x.shape[0]), torch.tensor(0)),
+                )
+        """,
+    ),
     "elif/else becomes else": (
         """
         def f(x):
@@ -815,6 +868,36 @@ def test_cond_lays_out_long_calls():
             )
         """
     )
+
+
+def test_cond_made_without_grad_declines_a_test_with_a_python_part():
+    """Keeping the test as written under autograd takes a plain `if`: not `P and c`, not an `elif`."""
+    prefixed = "def f(x, flag):\n    if flag and x.sum() > 0:\n        return torch.zeros(3)\n    return x * 2\n"
+    assert fix(prefixed, BranchToCond, "x.sum() > 0") is None
+    assert fix(prefixed.replace("torch.zeros(3)", "x + 1"), BranchToCond, "x.sum() > 0") is not None
+    chain = "def f(x):\n    if x.sum() > 0:\n        return x * 2\n    elif x.mean() < -1:\n        return x.new_ones(3)\n    else:\n        return x * 4\n"
+    assert fix(chain, BranchToCond, "x.mean() < -1") is None
+
+
+def test_cond_made_without_grad_runs_as_written_under_autograd():
+    """The rewritten two-return form against the original, eager and compiled, with autograd
+    on and off: the same values and the same requires_grad (the torch.cond, under no_grad, in
+    one graph)."""
+    torch = pytest.importorskip("torch")
+    source = body(COND_CASES["an arm made without grad: the test as written under autograd"][0])
+    rewritten = fix(source, BranchToCond, "if num_pos == 0:", whole_if=True)
+    original: dict = {}
+    exec(compile("import torch\n" + source, "loss.py", "exec"), original)
+    fixed: dict = {}
+    exec(compile(rewritten, "loss_fixed.py", "exec"), fixed)
+    logits = torch.randn(4, requires_grad=True)
+    for targets in (torch.tensor([1.0, 0, 1, 0]), torch.zeros(4)):
+        for grad, compiled in ((True, False), (True, True), (False, False), (False, True)):
+            with torch.set_grad_enabled(grad):
+                want = original["loss"](logits, targets)
+                f = fixed["loss"]
+                got = torch.compile(f, backend="eager", fullgraph=not grad)(logits, targets) if compiled else f(logits, targets)
+            assert (torch.equal(want, got), got.requires_grad) == (True, want.requires_grad), (targets, grad, compiled)
 
 
 COND_DECLINES = {

@@ -1122,6 +1122,8 @@ class BranchToCond(BranchRecipe):
             return None
         branches = [cst.Lambda(params=cst.Parameters(), body=v) for v in (true_value, false_value)]
         ret: cst.BaseSmallStatement = cst.Return(value=make_call("torch.cond", test.tensor, *branches))
+        if _without_grad_maybe(a) or _without_grad_maybe(b):
+            return self._guarded(ctx, if_node, test, a, b, ret, following)
         if block is None or (test.prefix is not None and test.kind == "and"):
             # if/else, or `if P and c: return a` whose `return b` must stay for `not P`
             self._plan = _replace_if(ctx, if_node, test, ret)
@@ -1135,6 +1137,30 @@ class BranchToCond(BranchRecipe):
             new = [line.with_changes(leading_lines=[*line.leading_lines, *following.leading_lines])]
         body = list(block.body)
         body[i : i + 2] = new
+        self._plan = block.with_changes(body=body)
+        return block
+
+    def _guarded(
+        self, ctx: SiteContext, if_node: cst.If, test: SplitTest, a: cst.BaseExpression, b: cst.BaseExpression,
+        ret: cst.BaseSmallStatement, following: cst.BaseStatement | None,
+    ) -> cst.CSTNode | None:
+        """The two-return form where an arm's tensors may not require grad: the test as written
+        under autograd, then the torch.cond (as the early-return form does)."""
+        if test.prefix is not None or _is_elif(ctx, if_node):
+            raise Decline(
+                "an arm's tensors may not require grad and the test has a Python part: "
+                "keeping the test under autograd takes a plain `if`"
+            )
+        block = ctx.file.parent(if_node)
+        if not isinstance(block, cst.IndentedBlock):
+            return None
+        column = ctx.file.span(if_node)[0][1]
+        line = cst.SimpleStatementLine(body=[fit(ret, column)])
+        if isinstance(following, cst.SimpleStatementLine):
+            line = line.with_changes(leading_lines=following.leading_lines, trailing_whitespace=following.trailing_whitespace)
+        i = block.body.index(if_node)
+        body = list(block.body)
+        body[i : i + (1 if following is None else 2)] = [_grad_guard(if_node, a, b, column, _comments(if_node)), line]
         self._plan = block.with_changes(body=body)
         return block
 
@@ -1194,23 +1220,34 @@ class BranchToCond(BranchRecipe):
         line = line.with_changes(leading_lines=[cst.EmptyLine(indent=False), *line.leading_lines])
         new: list[cst.BaseStatement] = [nested, line]
         if _without_grad_maybe(a):
-            # torch.cond's outputs all require grad when an input does; the early return's
-            # would not: with autograd on, the test stays as it was (and breaks as before)
-            shown = a if not isinstance(a, cst.Tuple) or a.lpar else a.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-            as_was = cst.IfExp(
-                test=_bare(if_node.test), body=shown, orelse=cst.Call(cst.Name(name), [cst.Arg(cst.Name(n)) for n in passed])
-            )
-            guard = cst.If(
-                test=cst.parse_expression("torch.is_grad_enabled()"),
-                body=cst.IndentedBlock(body=[cst.SimpleStatementLine(body=[_fit_value(cst.Return(value=as_was), column + 4)])]),
-                leading_lines=[cst.EmptyLine(indent=False), cst.EmptyLine(comment=cst.Comment(_GRAD_NOTE))],
-            )
+            otherwise = cst.Call(cst.Name(name), [cst.Arg(cst.Name(n)) for n in passed])
+            guard = _grad_guard(if_node, a, otherwise, column, [cst.EmptyLine(indent=False)])
             new = [nested, guard, line.with_changes(leading_lines=list(line.leading_lines[1:]))]
         self._plan = block.with_changes(body=[*block.body[:i], *new])
         return block
 
 
 _GRAD_NOTE = "# gbfix: as written under autograd: torch.cond's outputs would all require grad"
+
+
+def _grad_guard(
+    if_node: cst.If, a: cst.BaseExpression, b: cst.BaseExpression, column: int, lead: Sequence[cst.EmptyLine]
+) -> cst.If:
+    """`if torch.is_grad_enabled(): return a if <test> else b`: torch.cond's outputs all require
+    grad when an input does, where an arm made without grad would not; with autograd on, the
+    test stays as it was (and breaks as before)."""
+
+    def shown(v: cst.BaseExpression) -> cst.BaseExpression:
+        return v.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]) if isinstance(v, cst.Tuple) and not v.lpar else v
+
+    as_was = cst.IfExp(test=_bare(if_node.test), body=shown(a), orelse=shown(b))
+    return cst.If(
+        test=cst.parse_expression("torch.is_grad_enabled()"),
+        body=cst.IndentedBlock(body=[cst.SimpleStatementLine(body=[_fit_value(cst.Return(value=as_was), column + 4)])]),
+        leading_lines=[*lead, cst.EmptyLine(comment=cst.Comment(_GRAD_NOTE))],
+    )
+
+
 # torch functions that make a tensor of their own, which requires grad only when asked to
 _FACTORIES = words("empty zeros ones full tensor as_tensor arange eye empty_like zeros_like ones_like full_like")
 
